@@ -1,0 +1,185 @@
+"""Saving, loading and caching trained models (safetensors + JSON, written atomically).
+
+Chapters train their models with :func:`train_or_load`: the first run trains and stores the
+weights and the training history under a key that hashes everything that decides the
+result (the training spec, course_lib's own source, the torch version and the device
+type); later runs with the same key load them instead of training again. So a reader's
+second run, and the test suite's second execution of a chapter after the book build, take
+seconds, and the stored result is exactly what the code produces.
+
+* cache folder: ``$COURSE_CACHE``, else ``~/.cache/course_lib``;
+* ``COURSE_RETRAIN=1`` ignores the cache (and overwrites it).
+
+Files are written to a temporary name and renamed into place, so a run killed mid-write
+never leaves a truncated checkpoint behind, and a corrupt file is retrained, not trusted.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from .train import History, model_device
+
+__all__ = [
+    "cache_dir",
+    "source_fingerprint",
+    "cache_key",
+    "save_checkpoint",
+    "load_checkpoint",
+    "train_or_load",
+    "atomic_write_text",
+    "rng_state",
+    "set_rng_state",
+]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("COURSE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "course_lib")
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """SHA-256 over course_lib's Python sources: a code change invalidates every cached model."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "cpu") -> str:
+    """A file-name-safe key: ``name-<hash of spec, sources, torch version, device type>``."""
+    payload = json.dumps(
+        {
+            "spec": spec,
+            "source": source_fingerprint(),
+            "torch": torch.__version__.split("+")[0],
+            "device": torch.device(device).type,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+    return f"{safe}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(path: Path | str, model: nn.Module, metadata: Mapping[str, Any] | None = None) -> Path:
+    """Save ``model``'s weights to ``path`` (.safetensors) and ``metadata`` to ``path``.json, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_model(model, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    atomic_write_text(path.with_suffix(".json"), json.dumps(dict(metadata or {}), indent=1, default=str))
+    return path
+
+
+def load_checkpoint(path: Path | str, model: nn.Module) -> dict[str, Any]:
+    """Load weights saved by :func:`save_checkpoint` into ``model`` (strict); return the metadata."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    missing, unexpected = load_model(model, path, strict=True, device=str(model_device(model)))
+    meta_path = path.with_suffix(".json")
+    return json.loads(meta_path.read_text()) if meta_path.exists() else {}
+
+
+def rng_state() -> dict[str, Any]:
+    """The global random states (Python, NumPy, torch CPU and CUDA) as JSON-safe data."""
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state().tolist(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
+
+
+def train_or_load(
+    name: str,
+    model: nn.Module,
+    spec: Mapping[str, Any],
+    train: Callable[[nn.Module], History],
+    *,
+    extra: Callable[[nn.Module], Mapping[str, Any]] | None = None,
+) -> History:
+    """Train ``model`` with ``train(model)`` unless a cached result for the same ``spec`` exists.
+
+    ``spec`` must hold everything that determines the result besides course_lib's code
+    (sizes, seeds, steps, learning rate, data settings). The global random state after
+    training is stored too and restored on a load, so the code after this call sees the same
+    random numbers either way. Returns the training
+    :class:`~course_lib.train.History`; ``history.loaded`` tells whether it came from the cache.
+    """
+    device = model_device(model)
+    key = cache_key(name, spec, device)
+    path = cache_dir() / f"{key}.safetensors"
+    if path.exists() and os.environ.get("COURSE_RETRAIN", "0") in ("0", "", "false"):
+        try:
+            meta = load_checkpoint(path, model)
+            history = History.from_dict(meta.get("history", {}))
+            if "rng" in meta:  # continue with the random state training left behind
+                set_rng_state(meta["rng"])
+            history.loaded = True  # type: ignore[attr-defined]
+            model.eval()
+            return history
+        except Exception:  # corrupt or incompatible file: train again and overwrite it
+            pass
+    history = train(model)
+    meta = {"name": name, "spec": spec, "history": history.to_dict(), "torch": torch.__version__, "rng": rng_state()}
+    if extra is not None:
+        meta["extra"] = dict(extra(model))
+    save_checkpoint(path, model, meta)
+    history.loaded = False  # type: ignore[attr-defined]
+    model.eval()
+    return history

@@ -1,0 +1,100 @@
+"""Device choice, mixed precision and seeding, shared by every chapter.
+
+* :func:`get_device` picks CUDA, then Apple MPS, then CPU. The environment variable
+  ``COURSE_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) overrides the choice.
+* :func:`autocast` is the course's mixed-precision policy: bfloat16 autocast on a GPU that
+  supports it, plain float32 everywhere else (CPU runs stay exact and reproducible).
+* :func:`seed_everything` seeds Python, NumPy and torch and asks torch for deterministic
+  kernels, which makes CPU runs bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+
+import numpy as np
+import torch
+
+__all__ = ["get_device", "autocast", "autocast_dtype", "seed_everything", "describe_device"]
+
+ENV_VAR = "COURSE_DEVICE"
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """Return the device the course should run on.
+
+    Order: the ``prefer`` argument, then ``$COURSE_DEVICE``, then CUDA, Apple MPS, CPU.
+    Asking for a device that is not available raises ``ValueError`` naming it.
+    """
+    choice = prefer or os.environ.get(ENV_VAR, "").strip()
+    if choice:
+        device = torch.device(choice)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"{ENV_VAR}={choice!r} asks for CUDA, but torch sees no CUDA device")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{ENV_VAR}={choice!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+        if device.type == "mps" and not _mps_available():
+            raise ValueError(f"{ENV_VAR}={choice!r} asks for MPS, but it is not available")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if _mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
+    """The reduced-precision dtype the course uses on ``device``, or None for float32."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return None
+
+
+def autocast(device: torch.device | str, enabled: bool = True):
+    """Context manager: bf16 autocast on a GPU that supports it, a no-op otherwise."""
+    device = torch.device(device)
+    dtype = autocast_dtype(device)
+    if not enabled or dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def seed_everything(seed: int = 0, deterministic: bool = True) -> torch.Generator:
+    """Seed Python, NumPy and torch (all devices); return a CPU generator with that seed.
+
+    With ``deterministic=True`` torch uses deterministic algorithms where they exist
+    (``warn_only`` so that a GPU op without one still runs), which makes CPU runs
+    bit-for-bit reproducible.
+    """
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if hasattr(torch.backends, "cudnn"):
+            torch.backends.cudnn.benchmark = False
+    return torch.Generator().manual_seed(seed)
+
+
+def describe_device(device: torch.device | str | None = None) -> str:
+    """One line for a notebook: which device, which precision, how many CPU threads."""
+    device = torch.device(device) if device is not None else get_device()
+    dtype = autocast_dtype(device)
+    precision = "bf16 autocast" if dtype is not None else "float32"
+    name = device.type
+    if device.type == "cuda":
+        name = f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"device: {name}, precision: {precision}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads"

@@ -1,0 +1,1 @@
+"""The course's models, one module each."""

@@ -1,0 +1,141 @@
+"""Notebook housekeeping: the Colab set-up cell, and stored outputs only where nbval checks them.
+
+Chapter notebooks are committed without outputs, except the cells tagged
+``nbval-check-output``: nbval (lax mode) compares those cells' fresh output with the stored
+one, so their output must be in the file. ``course notebooks refresh PATH...`` executes a
+notebook and stores exactly those outputs; ``course notebooks check PATH...`` verifies that
+a notebook follows the rules (used by the test suite).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+
+__all__ = [
+    "CHECK_TAG",
+    "SETUP_TAG",
+    "repository_url",
+    "setup_cell_source",
+    "is_checked",
+    "strip_unchecked_outputs",
+    "execute_notebook",
+    "refresh",
+    "check_notebook",
+    "register",
+]
+
+CHECK_TAG = "nbval-check-output"
+SETUP_TAG = "course-setup"
+_DEFAULT_URL = "https://github.com/your-org/pretrained-lm-course"
+
+
+def repository_url(root: Path | None = None) -> str:
+    """The repository URL, read from ``_config.yml`` (the one place it is set)."""
+    from .book import project_root
+
+    try:
+        text = (project_root(root) / "_config.yml").read_text()
+    except FileNotFoundError:
+        return _DEFAULT_URL
+    m = re.search(r"^repository:\s*\n(?:[ \t].*\n)*?[ \t]+url:\s*(\S+)", text, re.M)
+    return m.group(1) if m else _DEFAULT_URL
+
+
+def setup_cell_source(url: str | None = None) -> str:
+    """The first code cell of every notebook: install course_lib where it is missing (Colab)."""
+    url = url or repository_url()
+    return (
+        "# Set-up: on Colab (or anywhere course_lib is missing) install it from the repository.\n"
+        "try:\n"
+        "    import course_lib\n"
+        "except ImportError:\n"
+        "    import subprocess, sys\n"
+        f'    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "git+{url}"])\n'
+        "    import course_lib"
+    )
+
+
+def is_checked(cell) -> bool:
+    tags = cell.get("metadata", {}).get("tags", [])
+    return cell.get("cell_type") == "code" and (CHECK_TAG in tags or "NBVAL_CHECK_OUTPUT" in cell.get("source", ""))
+
+
+def strip_unchecked_outputs(nb) -> None:
+    """Drop outputs and execution counts from every code cell that nbval does not check."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if is_checked(cell):
+            # widget views cannot be compared: keep text only
+            for out in cell.outputs:
+                if "data" in out:
+                    out["data"] = {k: v for k, v in out["data"].items() if k == "text/plain"}
+            continue
+        cell.outputs = []
+        cell.execution_count = None
+    nb.metadata.pop("widgets", None)
+
+
+def execute_notebook(path: Path, *, timeout: int = 900):
+    """Run a notebook in its own folder with the current Python; return the executed notebook."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    env_backup = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        if env_backup is None:
+            os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
+    return nb
+
+
+def refresh(path: Path | str) -> None:
+    """Execute ``path`` and store the outputs of its checked cells only."""
+    path = Path(path)
+    nb = execute_notebook(path)
+    strip_unchecked_outputs(nb)
+    nbformat.write(nb, path)
+
+
+def check_notebook(path: Path | str, url: str | None = None) -> list[str]:
+    """Problems with a committed notebook (empty list = fine)."""
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    problems = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if not code or code[0].source.strip() != setup_cell_source(url).strip():
+        problems.append(f"{path.name}: the first code cell must be the set-up cell (course_lib.notebooks.setup_cell_source())")
+    for i, cell in enumerate(code):
+        if not is_checked(cell) and (cell.outputs or cell.execution_count is not None):
+            problems.append(f"{path.name}: code cell {i} stores outputs but is not tagged {CHECK_TAG!r}")
+        if is_checked(cell) and not cell.outputs:
+            problems.append(f"{path.name}: code cell {i} is tagged {CHECK_TAG!r} but has no stored output")
+    if "widgets" in nb.metadata:
+        problems.append(f"{path.name}: stores widget state (run `course notebooks refresh`)")
+    return problems
+
+
+def _cmd(args) -> int:
+    status = 0
+    for p in args.paths:
+        if args.action == "refresh":
+            print(f"executing {p} ...", flush=True)
+            refresh(p)
+        problems = check_notebook(p)
+        for msg in problems:
+            print(msg)
+        status |= bool(problems)
+    return status
+
+
+def register(sub) -> None:
+    p = sub.add_parser("notebooks", help="refresh or check the stored outputs of chapter notebooks")
+    p.add_argument("action", choices=["refresh", "check"])
+    p.add_argument("paths", nargs="+", type=Path)
+    p.set_defaults(func=_cmd)
