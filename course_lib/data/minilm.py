@@ -29,7 +29,14 @@ def minilm_config() -> dict:
 
 
 def minilm_tokenizer():
-    """The model's WordPiece tokenizer (uncased, 30,522 tokens) as a ``tokenizers.Tokenizer``."""
+    """The model's WordPiece tokenizer (uncased, 30,522 tokens) as a ``tokenizers.Tokenizer``.
+
+    The shipped file pads every input to 128 tokens and truncates there; this returns it with
+    padding and truncation switched off (pad a batch yourself with ``enable_padding``).
+    """
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(minilm_dir() / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
