@@ -19,6 +19,15 @@ _LAZY = {
     "Transformer": "course_lib.models.transformer",
     "TransformerConfig": "course_lib.models.transformer",
     "MultiHeadAttention": "course_lib.nn.attention",
+    "BertConfig": "course_lib.models.bert",
+    "BertModel": "course_lib.models.bert",
+    "BertForPreTraining": "course_lib.models.bert",
+    "BertForMaskedLM": "course_lib.models.bert",
+    "BertForSequenceClassification": "course_lib.models.bert",
+    "RobertaConfig": "course_lib.models.roberta",
+    "RobertaModel": "course_lib.models.roberta",
+    "RobertaForMaskedLM": "course_lib.models.roberta",
+    "RobertaForSequenceClassification": "course_lib.models.roberta",
 }
 
 __all__ = [

@@ -42,6 +42,13 @@ ACTIVATIONS = {
     "gelu": F.gelu,  # exact erf form (BERT's "gelu")
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # tanh form (GPT-2, ALBERT v2)
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    # other names Hugging Face configs use for the same two GELUs
+    "gelu_python": F.gelu,
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_accurate": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_python_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's sigmoid approximation
+    "mish": F.mish,
     "silu": F.silu,
     "swish": F.silu,
     "tanh": torch.tanh,
@@ -76,6 +83,7 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5
     pad_id: int = 0
     tie_embeddings: bool = False  # share target embedding and output projection
+    share_embeddings: bool = False  # share source + target embeddings and output projection (paper)
 
     def __post_init__(self):
         if self.d_model % self.n_heads != 0:
@@ -83,6 +91,10 @@ class TransformerConfig:
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         get_activation(self.activation)
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary: src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
+            )
         if self.final_norm is None:
             self.final_norm = self.norm_first
 
@@ -221,8 +233,10 @@ class Transformer(nn.Module):
         self.decoder = Decoder(c)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         self.reset_parameters()
-        if c.tie_embeddings:
+        if c.tie_embeddings or c.share_embeddings:
             self.generator.weight = self.tgt_embed.weight
+        if c.share_embeddings:
+            self.src_embed.weight = self.tgt_embed.weight
 
     def reset_parameters(self) -> None:
         """Xavier-uniform for matrices (as in the reference implementations), zeros for biases."""

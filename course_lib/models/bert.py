@@ -1,0 +1,866 @@
+r"""BERT: "Pre-training of Deep Bidirectional Transformers for Language Understanding"
+(Devlin et al., 2019).
+
+BERT is the Transformer's encoder stack, trained to fill in blanks. Everything here reuses
+the Transformer chapter's pieces: :class:`~course_lib.nn.attention.MultiHeadAttention`
+(projections ``w_q, w_k, w_v, w_o``) and :class:`~course_lib.models.transformer.FeedForward`.
+
+**Input embeddings.** Three learned tables are *summed*, then normalised:
+
+.. math::
+
+    E_i = \mathrm{LayerNorm}\big(W^{tok}_{x_i} + W^{pos}_{i} + W^{seg}_{s_i}\big),
+    \qquad s_i \in \{0, 1\} \text{ (sentence A or B)}
+
+**Encoder layer** (post-LN, as in the Transformer paper):
+
+.. math::
+
+    H' = \mathrm{LayerNorm}\big(H + \mathrm{Dropout}(\mathrm{MultiHead}(H, H, H))\big), \qquad
+    H'' = \mathrm{LayerNorm}\big(H' + \mathrm{Dropout}(\mathrm{act}(H' W_1 + b_1) W_2 + b_2)\big)
+
+with ``act`` the exact GELU :math:`x\,\Phi(x)` for ``hidden_act="gelu"`` and every
+LayerNorm using :math:`\epsilon = 10^{-12}`.
+
+**Heads.** The pooler reads the first ([CLS]) vector, :math:`p = \tanh(W_p h_{[CLS]} + b_p)`;
+next-sentence prediction is a linear map of it to two logits. The masked-LM head transforms
+each vector, :math:`t = \mathrm{LayerNorm}(\mathrm{act}(W_t h + b_t))`, and scores the whole
+vocabulary against the *input* embedding table (weights tied), with its own bias:
+
+.. math::
+
+    \mathrm{logits} = t\, (W^{tok})^\top + b_{vocab}
+
+**Pre-training loss.** Cross-entropy over the masked positions only (labels ``-100``
+elsewhere) plus the next-sentence cross-entropy:
+:math:`\mathcal{L} = \mathcal{L}_{MLM} + \mathcal{L}_{NSP}`.
+
+**Interop.** Parameter shapes and configuration names follow Hugging Face ``transformers``
+so that :meth:`BertModel.from_hf` (and the same method on every head model) copies a
+``transformers`` model exactly; outputs carry Hugging Face field names
+(``last_hidden_state``, ``pooler_output``, ``prediction_logits``, ...).
+Paper vs ours: the paper's BERT-base 108M counts 30,000 tokens and no pooler; with
+``vocab_size=30522`` ``BertModel`` has 109,482,240 parameters (Hugging Face's count too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn.attention import MultiHeadAttention, padding_mask
+from ..nn.positional import check_length
+from .transformer import ACTIVATIONS, FeedForward, get_activation
+
+__all__ = [
+    "BertConfig",
+    "ModelOutput",
+    "BertModelOutput",
+    "BertForPreTrainingOutput",
+    "MaskedLMOutput",
+    "SequenceClassifierOutput",
+    "BertEmbeddings",
+    "BertLayer",
+    "BertEncoder",
+    "BertPooler",
+    "BertMLMHead",
+    "BertModel",
+    "BertForPreTraining",
+    "BertForMaskedLM",
+    "BertForSequenceClassification",
+    "masked_lm_loss",
+    "IGNORE_INDEX",
+]
+
+IGNORE_INDEX = -100  # label of positions that do not count in the loss (PyTorch's default)
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class BertConfig:
+    """Sizes and options of a BERT model. Defaults are BERT-base (uncased).
+
+    Field names are Hugging Face's, so ``BertConfig(**hf_config.to_dict())``-style copies
+    work (see :meth:`from_hf`); the course's names are read-only aliases:
+    ``d_model = hidden_size``, ``n_heads = num_attention_heads``, ``n_layers =
+    num_hidden_layers``, ``d_ff = intermediate_size``, ``max_len =
+    max_position_embeddings``, ``pad_id = pad_token_id``. Build one with the course's
+    names through :meth:`from_course`.
+    """
+
+    vocab_size: int = 30522  # WordPiece vocabulary (uncased English)
+    hidden_size: int = 768  # d_model: width of every layer
+    num_hidden_layers: int = 12  # n_layers
+    num_attention_heads: int = 12  # n_heads; d_head = hidden_size / heads = 64
+    intermediate_size: int = 3072  # d_ff: inner width of the feed-forward network (4 x d_model)
+    hidden_act: str = "gelu"  # "gelu" is the exact erf GELU; "gelu_new" the tanh form
+    hidden_dropout_prob: float = 0.1  # on embeddings and on each sub-layer's output
+    attention_probs_dropout_prob: float = 0.1  # on the attention weights
+    max_position_embeddings: int = 512  # rows of the learned position table: the length limit
+    type_vocab_size: int = 2  # segment (token-type) embeddings: sentence A / sentence B
+    layer_norm_eps: float = 1e-12  # epsilon of every LayerNorm
+    pad_token_id: int = 0  # id of [PAD]; its embedding row gets no gradient
+    initializer_range: float = 0.02  # std of the normal initialisation of weights
+    tie_word_embeddings: bool = True  # MLM decoder shares the input embedding matrix
+    num_labels: int = 2  # outputs of BertForSequenceClassification (1 = regression)
+    classifier_dropout: float | None = None  # dropout before the classifier (None: hidden_dropout_prob)
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size (d_model)={self.hidden_size} must be divisible by "
+                f"num_attention_heads (n_heads)={self.num_attention_heads}"
+            )
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id={self.pad_token_id} must lie in [0, vocab_size={self.vocab_size})")
+        get_activation(self.hidden_act)
+
+    # course names -----------------------------------------------------------------------
+    @property
+    def d_model(self) -> int:
+        return self.hidden_size
+
+    @property
+    def n_heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def n_layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def d_ff(self) -> int:
+        return self.intermediate_size
+
+    @property
+    def max_len(self) -> int:
+        """Longest input the model accepts (RoBERTa subtracts its reserved positions)."""
+        return self.max_position_embeddings
+
+    @property
+    def pad_id(self) -> int:
+        return self.pad_token_id
+
+    @classmethod
+    def from_course(
+        cls,
+        *,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        max_len: int = 512,
+        pad_id: int = 0,
+        dropout: float = 0.1,
+        **kwargs: Any,
+    ):
+        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=d_model,
+            num_attention_heads=n_heads,
+            num_hidden_layers=n_layers,
+            intermediate_size=4 * d_model if d_ff is None else d_ff,
+            max_position_embeddings=max_len,
+            pad_token_id=pad_id,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_hf(cls, hf_config: Any):
+        """The same configuration as a ``transformers`` config (object or ``config.json`` dict).
+
+        Raises ``ValueError`` for options this implementation does not have (decoder mode,
+        cross-attention, relative position embeddings, an unknown activation).
+        """
+        d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise ValueError("course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported")
+        pos = d.get("position_embedding_type", "absolute")
+        if pos not in (None, "absolute"):
+            raise ValueError(f"position_embedding_type={pos!r} is not supported (only 'absolute')")
+        act = d.get("hidden_act", "gelu")
+        if not isinstance(act, str) or act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={act!r} is not supported; choose one of {sorted(ACTIVATIONS)}")
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
+        if "pad_token_id" not in kwargs:
+            kwargs["pad_token_id"] = 0
+        if "id2label" in d and d["id2label"]:
+            kwargs["num_labels"] = len(d["id2label"])
+        if "classifier_dropout" in d:
+            kwargs["classifier_dropout"] = d["classifier_dropout"]
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------
+# Outputs: dataclasses with Hugging Face field names
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelOutput:
+    """Base of the output records: fields by name (``out.logits``, ``out["logits"]``) or by
+    position over the fields that are set (``out[0]``, ``hidden, pooled = out``), as with
+    Hugging Face outputs (whose iteration yields keys; ours yields values)."""
+
+    def to_tuple(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+    def __getitem__(self, key: str | int | slice):
+        if isinstance(key, str):
+            if key not in {f.name for f in fields(self)}:
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.to_tuple())
+
+    def __len__(self) -> int:
+        return len(self.to_tuple())
+
+
+@dataclass
+class BertModelOutput(ModelOutput):
+    last_hidden_state: Tensor  # [batch, seq_len, d_model]
+    pooler_output: Tensor | None = None  # [batch, d_model]: tanh(W h_[CLS] + b)
+    hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer, with output_hidden_states
+    attentions: tuple[Tensor, ...] | None = None  # per layer [batch, heads, seq, seq], with output_attentions
+
+
+@dataclass
+class BertForPreTrainingOutput(ModelOutput):
+    loss: Tensor | None = None  # MLM + NSP (each when its labels are given)
+    prediction_logits: Tensor | None = None  # [batch, seq_len, vocab_size]
+    seq_relationship_logits: Tensor | None = None  # [batch, 2]: 0 = B follows A, 1 = B is random
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    mlm_loss: Tensor | None = None  # the two parts of the loss, for logging
+    nsp_loss: Tensor | None = None
+
+
+@dataclass
+class MaskedLMOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, seq_len, vocab_size]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class SequenceClassifierOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, num_labels]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Losses
+# ---------------------------------------------------------------------------------------
+
+
+def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy over positions whose label is not ``-100``.
+
+    The same as ``F.cross_entropy(..., ignore_index=-100)``, except that a batch with no
+    masked position gives 0 (not NaN).
+    """
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match logits {tuple(logits.shape)[:-1]}")
+    labels = labels.reshape(-1)
+    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def _classification_loss(logits: Tensor, labels: Tensor, num_labels: int) -> Tensor:
+    if num_labels == 1:  # regression (e.g. STS-B)
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.float(), labels.view(-1))
+
+
+# ---------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------
+
+
+class BertEmbeddings(nn.Module):
+    r"""Token + learned position + segment embeddings, summed, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        c = config
+        self.config = c
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id)
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
+        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def max_length(self) -> int:
+        """Longest input this table can place."""
+        return self.config.max_position_embeddings
+
+    def default_position_ids(self, input_ids: Tensor) -> Tensor:
+        """BERT numbers positions ``0, 1, ..., n-1`` (padding included)."""
+        check_length(input_ids.size(1), self.max_length(), "input (max_position_embeddings)")
+        return torch.arange(input_ids.size(1), device=input_ids.device)[None, :]
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, position_ids: Tensor | None = None) -> Tensor:
+        c = self.config
+        if position_ids is None:
+            position_ids = self.default_position_ids(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        # one host sync for three range checks: an out-of-range id would otherwise be an
+        # IndexError on CPU and a device-side assert on a GPU
+        hi = torch.stack([input_ids.max(), token_type_ids.max(), position_ids.max()]).tolist()
+        lo = torch.stack([input_ids.min(), token_type_ids.min(), position_ids.min()]).tolist()
+        if hi[0] >= c.vocab_size or lo[0] < 0:
+            raise ValueError(f"input_ids must lie in [0, vocab_size={c.vocab_size}), got values in [{lo[0]}, {hi[0]}]")
+        if hi[1] >= c.type_vocab_size or lo[1] < 0:
+            raise ValueError(f"token_type_ids must lie in [0, type_vocab_size={c.type_vocab_size}), got values in [{lo[1]}, {hi[1]}]")
+        if hi[2] >= c.max_position_embeddings or lo[2] < 0:
+            raise ValueError(
+                f"position ids must lie in [0, max_position_embeddings={c.max_position_embeddings}), got values in [{lo[2]}, {hi[2]}]"
+            )
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        return self.dropout(self.norm(x))
+
+
+class BertLayer(nn.Module):
+    """One post-LN encoder layer: self-attention, then the feed-forward network."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        c = config
+        self.attention = MultiHeadAttention(c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob)
+        self.attention_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        # BERT has no dropout between the two FFN matrices: only on the sub-layer output
+        self.ffn = FeedForward(c.hidden_size, c.intermediate_size, dropout=0.0, activation=c.hidden_act)
+        self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, weights = self.attention(x, mask=mask, return_weights=return_weights)
+        x = self.attention_norm(x + self.dropout(a))
+        x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+        return x, weights
+
+
+class BertEncoder(nn.Module):
+    """A stack of :class:`BertLayer`."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False, return_hidden: bool = False
+    ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
+        """Returns ``(last, [inputs, after layer 1, ...] or None, [weights per layer] or None)``."""
+        hidden = [x] if return_hidden else None
+        weights = [] if return_weights else None
+        for layer in self.layers:
+            x, w = layer(x, mask, return_weights=return_weights)
+            if return_hidden:
+                hidden.append(x)
+            if return_weights:
+                weights.append(w)
+        return x, hidden, weights
+
+
+class BertPooler(nn.Module):
+    r""":math:`p = \tanh(W h_{[CLS]} + b)`: the [CLS] vector through a dense layer."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class BertMLMHead(nn.Module):
+    r"""Masked-LM head: :math:`\mathrm{LayerNorm}(\mathrm{act}(W_t h + b_t))\, (W^{tok})^\top + b`.
+
+    ``decoder.weight`` is tied to the input embedding matrix by the model that owns both;
+    ``bias`` is the head's own. ``activation`` is ``hidden_act`` for BERT and always the
+    exact GELU for RoBERTa.
+    """
+
+    def __init__(self, config: BertConfig, *, activation: str | None = None):
+        super().__init__()
+        c = config
+        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        self.activation = get_activation(activation or c.hidden_act)
+        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        self.decoder = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(c.vocab_size))
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.decoder(self.norm(self.activation(self.dense(hidden)))) + self.bias
+
+
+# ---------------------------------------------------------------------------------------
+# Weight initialisation and Hugging Face interop (shared by every model below)
+# ---------------------------------------------------------------------------------------
+
+
+def _init_bert_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding row."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, BertMLMHead):
+            nn.init.zeros_(m.bias)
+
+
+def _linear(ours: str, theirs: str) -> dict[str, str]:
+    return {f"{ours}.weight": f"{theirs}.weight", f"{ours}.bias": f"{theirs}.bias"}
+
+
+def _body_names(config: BertConfig, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
+    """Our parameter name -> Hugging Face's, for the embeddings, the encoder and the pooler."""
+    o, t = (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
+    names = {
+        f"{o}embeddings.word_embeddings.weight": f"{t}embeddings.word_embeddings.weight",
+        f"{o}embeddings.position_embeddings.weight": f"{t}embeddings.position_embeddings.weight",
+        f"{o}embeddings.token_type_embeddings.weight": f"{t}embeddings.token_type_embeddings.weight",
+        **_linear(f"{o}embeddings.norm", f"{t}embeddings.LayerNorm"),
+    }
+    for i in range(config.num_hidden_layers):
+        me, hf = f"{o}encoder.layers.{i}", f"{t}encoder.layer.{i}"
+        names.update(_linear(f"{me}.attention.w_q", f"{hf}.attention.self.query"))
+        names.update(_linear(f"{me}.attention.w_k", f"{hf}.attention.self.key"))
+        names.update(_linear(f"{me}.attention.w_v", f"{hf}.attention.self.value"))
+        names.update(_linear(f"{me}.attention.w_o", f"{hf}.attention.output.dense"))
+        names.update(_linear(f"{me}.attention_norm", f"{hf}.attention.output.LayerNorm"))
+        names.update(_linear(f"{me}.ffn.linear1", f"{hf}.intermediate.dense"))
+        names.update(_linear(f"{me}.ffn.linear2", f"{hf}.output.dense"))
+        names.update(_linear(f"{me}.ffn_norm", f"{hf}.output.LayerNorm"))
+    if pooler:
+        names.update(_linear(f"{o}pooler.dense", f"{t}pooler.dense"))
+    return names
+
+
+# Hugging Face keys that carry no information of their own: buffers, and the decoder's bias
+# (tied to the head's ``bias``).
+_IGNORABLE_SUFFIXES = ("position_ids", "token_type_ids", "predictions.decoder.bias", "lm_head.decoder.bias")
+
+
+@torch.no_grad()
+def load_hf_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], names: Mapping[str, str]) -> None:
+    """Copy ``state_dict`` (Hugging Face names) into ``model`` through ``names`` (ours -> theirs).
+
+    Every parameter of ``model`` must be found (a tied decoder may fall back to the word
+    embeddings) with the same shape, and every Hugging Face tensor must be used (apart from
+    buffers and tied copies); otherwise a ``ValueError`` lists what did not match.
+    """
+    own = dict(model.named_parameters(remove_duplicate=False))
+    missing, bad_shape, used = [], [], set()
+    for ours, param in own.items():
+        theirs = names.get(ours)
+        if theirs is None:
+            missing.append(f"{ours} (no mapping)")
+            continue
+        src = state_dict.get(theirs)
+        if src is None:
+            missing.append(f"{ours} <- {theirs}")
+            continue
+        if tuple(src.shape) != tuple(param.shape):
+            bad_shape.append(f"{ours} {tuple(param.shape)} <- {theirs} {tuple(src.shape)}")
+            continue
+        param.copy_(src.to(dtype=param.dtype, device=param.device))
+        used.add(theirs)
+    unexpected = [k for k in state_dict if k not in used and not k.endswith(_IGNORABLE_SUFFIXES)]
+    # a tied copy (e.g. the MLM decoder's weight = the word embeddings) is not "unused"
+    used_tensors = [state_dict[k] for k in used]
+    unexpected = [
+        k for k in unexpected
+        if not any(u.shape == state_dict[k].shape and (u.data_ptr() == state_dict[k].data_ptr() or torch.equal(u, state_dict[k])) for u in used_tensors)
+    ]
+    if missing or bad_shape or unexpected:
+        raise ValueError(
+            "the Hugging Face weights do not match this model:"
+            + (f"\n  missing: {missing}" if missing else "")
+            + (f"\n  shape mismatch: {bad_shape}" if bad_shape else "")
+            + (f"\n  unused: {unexpected}" if unexpected else "")
+        )
+
+
+def _hf_state_dict(hf_model: nn.Module) -> dict[str, Tensor]:
+    return dict(hf_model.state_dict())
+
+
+def _count_parameters(model: nn.Module, *, exclude_embeddings: bool = False) -> int:
+    skip = set()
+    if exclude_embeddings:
+        skip = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    seen, total = set(), 0
+    for p in model.parameters():
+        if id(p) in seen or id(p) in skip:
+            continue
+        seen.add(id(p))
+        total += p.numel()
+    return total
+
+
+# ---------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------
+
+
+class BertModel(nn.Module):
+    """Embeddings, the encoder stack and (optionally) the pooler.
+
+    ``forward(input_ids, attention_mask=None, token_type_ids=None, position_ids=None, *,
+    output_attentions=False, output_hidden_states=False)`` takes Hugging Face's keyword
+    arguments (``attention_mask``: 1 = real token, 0 = padding) and returns a
+    :class:`BertModelOutput`.
+    """
+
+    config_class = BertConfig
+    embeddings_class = BertEmbeddings
+
+    def __init__(self, config: BertConfig, *, add_pooling_layer: bool = True):
+        super().__init__()
+        if not isinstance(config, BertConfig):
+            raise TypeError(f"expected a BertConfig, got {type(config).__name__}")
+        self.config = config
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        _init_bert_weights(self, config.initializer_range)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.word_embeddings.weight.device
+
+    def attention_mask_to_mask(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor | None:
+        """HF's ``[batch, seq]`` 1/0 mask -> the course's boolean ``[batch, 1, 1, seq]`` (None when all ones)."""
+        if attention_mask is None:
+            return None
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} "
+                f"(1 = real token, 0 = padding), got {tuple(attention_mask.shape)}"
+            )
+        if bool(attention_mask.all()):
+            return None  # nothing to hide: let SDPA run unmasked
+        return padding_mask(attention_mask)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertModelOutput:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+        if token_type_ids is not None and token_type_ids.shape != input_ids.shape:
+            raise ValueError(f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}")
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        mask = self.attention_mask_to_mask(input_ids, attention_mask)
+        h, hidden, weights = self.encoder(x, mask, return_weights=output_attentions, return_hidden=output_hidden_states)
+        return BertModelOutput(
+            last_hidden_state=h,
+            pooler_output=self.pooler(h) if self.pooler is not None else None,
+            hidden_states=tuple(hidden) if hidden is not None else None,
+            attentions=tuple(weights) if weights is not None else None,
+        )
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (tied ones counted once)."""
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    # interop ----------------------------------------------------------------------------
+    def hf_names(self, prefix: str = "") -> dict[str, str]:
+        """Our parameter names -> the Hugging Face ``BertModel`` names (with ``prefix``, e.g. ``"bert"``)."""
+        return _body_names(self.config, "", prefix, pooler=self.pooler is not None)
+
+    @classmethod
+    def from_hf_state_dict(cls, state_dict: Mapping[str, Tensor], config: BertConfig, *, add_pooling_layer: bool | None = None):
+        """Build from a Hugging Face ``BertModel`` state dict (keys with or without a ``bert.`` prefix)."""
+        prefix = ""
+        first = next(iter(k for k in state_dict if k.endswith("embeddings.word_embeddings.weight")), None)
+        if first is None:
+            raise ValueError("no embeddings.word_embeddings.weight in the state dict: not a BERT checkpoint")
+        prefix = first[: -len("embeddings.word_embeddings.weight")].rstrip(".")
+        p = f"{prefix}." if prefix else ""
+        sd = {k: v for k, v in state_dict.items() if k.startswith(p)}
+        if add_pooling_layer is None:
+            add_pooling_layer = f"{p}pooler.dense.weight" in sd
+        model = cls(config, add_pooling_layer=add_pooling_layer)
+        load_hf_state_dict(model, sd, model.hf_names(prefix))
+        return model.eval()
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """The same configuration and weights as a ``transformers`` model.
+
+        Accepts the bare model (``BertModel``) or any model with a base model inside
+        (``BertForMaskedLM`` etc.): the encoder (and pooler, if it has one) is copied.
+        Returned in eval mode.
+        """
+        config = cls.config_class.from_hf(hf_model.config)
+        base = getattr(hf_model, "base_model", hf_model)
+        sd = _hf_state_dict(base)
+        return cls.from_hf_state_dict(sd, config, add_pooling_layer=getattr(base, "pooler", None) is not None)
+
+
+class _WithMLMHead(nn.Module):
+    """Shared by the models with a masked-LM head: tying, parameters, interop."""
+
+    config: BertConfig
+
+    def tie_weights(self) -> None:
+        """Share the MLM decoder's matrix with the input embeddings (when the config says so)."""
+        if self.config.tie_word_embeddings:
+            self.mlm_head.decoder.weight = self.base.embeddings.word_embeddings.weight
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    @property
+    def device(self) -> torch.device:
+        return self.base.device
+
+
+class BertForPreTraining(_WithMLMHead):
+    """BERT with both pre-training heads: masked-LM and next-sentence prediction.
+
+    ``forward(..., labels=None, next_sentence_label=None)``: ``labels`` are the original ids
+    at masked positions and ``-100`` elsewhere; ``next_sentence_label`` is 0 when sentence B
+    follows A and 1 when it is random. ``loss`` sums the parts whose labels are given
+    (Hugging Face requires both).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=True)
+        self.mlm_head = BertMLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        _init_bert_weights(self.mlm_head, config.initializer_range)
+        _init_bert_weights(self.nsp_head, config.initializer_range)
+        self.tie_weights()
+
+    @property
+    def base(self) -> BertModel:
+        return self.bert
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BertForPreTrainingOutput:
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.mlm_head(out.last_hidden_state)
+        nsp_logits = self.nsp_head(out.pooler_output)
+        mlm = masked_lm_loss(logits, labels) if labels is not None else None
+        nsp = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)) if next_sentence_label is not None else None
+        parts = [x for x in (mlm, nsp) if x is not None]
+        return BertForPreTrainingOutput(
+            loss=sum(parts) if parts else None,
+            prediction_logits=logits,
+            seq_relationship_logits=nsp_logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            mlm_loss=mlm,
+            nsp_loss=nsp,
+        )
+
+    def hf_names(self) -> dict[str, str]:
+        names = _body_names(self.config, "bert", "bert", pooler=True)
+        names.update(_linear("mlm_head.dense", "cls.predictions.transform.dense"))
+        names.update(_linear("mlm_head.norm", "cls.predictions.transform.LayerNorm"))
+        names["mlm_head.bias"] = "cls.predictions.bias"
+        names["mlm_head.decoder.weight"] = (
+            "bert.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else "cls.predictions.decoder.weight"
+        )
+        names.update(_linear("nsp_head", "cls.seq_relationship"))
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy a ``transformers.BertForPreTraining`` (configuration and weights); eval mode."""
+        config = BertConfig.from_hf(hf_model.config)
+        model = cls(config)
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()
+
+
+class BertForMaskedLM(_WithMLMHead):
+    """BERT (no pooler) with the masked-LM head; ``logits`` are ``[batch, seq_len, vocab_size]``."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm_head = BertMLMHead(config)
+        _init_bert_weights(self.mlm_head, config.initializer_range)
+        self.tie_weights()
+
+    @property
+    def base(self) -> BertModel:
+        return self.bert
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> MaskedLMOutput:
+        out = self.base(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.mlm_head(out.last_hidden_state)
+        return MaskedLMOutput(
+            loss=masked_lm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+    def hf_names(self) -> dict[str, str]:
+        names = _body_names(self.config, "bert", "bert", pooler=False)
+        names.update(_linear("mlm_head.dense", "cls.predictions.transform.dense"))
+        names.update(_linear("mlm_head.norm", "cls.predictions.transform.LayerNorm"))
+        names["mlm_head.bias"] = "cls.predictions.bias"
+        names["mlm_head.decoder.weight"] = (
+            "bert.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else "cls.predictions.decoder.weight"
+        )
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy a ``transformers.BertForMaskedLM`` (configuration and weights); eval mode."""
+        config = BertConfig.from_hf(hf_model.config)
+        model = cls(config)
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()
+
+
+class BertForSequenceClassification(nn.Module):
+    """BERT + dropout + a linear classifier on the pooled [CLS] vector (fine-tuning).
+
+    ``labels``: class ids ``[batch]`` (cross-entropy), or floats when ``num_labels == 1``
+    (mean squared error).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=True)
+        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        _init_bert_weights(self.classifier, config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> SequenceClassifierOutput:
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(out.pooler_output))
+        return SequenceClassifierOutput(
+            loss=_classification_loss(logits, labels, self.config.num_labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    def hf_names(self) -> dict[str, str]:
+        names = _body_names(self.config, "bert", "bert", pooler=True)
+        names.update(_linear("classifier", "classifier"))
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy a ``transformers.BertForSequenceClassification``; eval mode."""
+        config = BertConfig.from_hf(hf_model.config)
+        model = cls(config)
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()
+
+    @classmethod
+    def from_pretrained_body(cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None):
+        """A classifier whose encoder starts from ``body``'s weights (the fine-tuning recipe)."""
+        from dataclasses import replace
+
+        config = replace(body.config, num_labels=num_labels, classifier_dropout=classifier_dropout)
+        model = cls(config)
+        missing = model.bert.load_state_dict(body.state_dict(), strict=False)
+        if missing.unexpected_keys or any(not k.startswith("pooler.") for k in missing.missing_keys):
+            raise ValueError(f"the body does not fit: {missing}")
+        return model.to(body.device)

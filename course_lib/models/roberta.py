@@ -1,0 +1,246 @@
+r"""RoBERTa: "A Robustly Optimized BERT Pretraining Approach" (Liu et al., 2019).
+
+The network is BERT's (this module reuses :mod:`course_lib.models.bert` layer for layer);
+what changed is the recipe:
+
+* **no next-sentence prediction**: inputs are full sentences packed up to 512 tokens, and
+  the loss is the masked-LM loss alone;
+* **dynamic masking**: a new mask every time a sequence is seen (BERT masked once, while
+  preprocessing; see :mod:`course_lib.mlm`);
+* **byte-level BPE** (GPT-2's, 50,265 tokens): any string is encodable, no ``[UNK]``;
+* bigger batches (8k sequences), more data (160 GB), longer training.
+
+Two details of the released checkpoints matter for loading them:
+
+**Position ids skip the padding index.** With ``padding_idx = 1`` (the id of ``<pad>``),
+
+.. math::
+
+    \mathrm{pos}_i = \Big(\sum_{j \le i} [x_j \ne \mathrm{pad}]\Big)\, [x_i \ne \mathrm{pad}]
+    + \mathrm{padding\_idx},
+
+so real tokens are numbered from 2 and padding sits at position 1. The table therefore has
+514 rows for 512 tokens. (The numbering comes from fairseq, and it also makes positions
+independent of *left* padding.)
+
+**One token type.** ``type_vocab_size = 1``: a single segment vector is still added to every
+token, a learned constant offset.
+
+The MLM head is BERT's (dense, GELU, LayerNorm, tied decoder plus bias) but always uses the
+exact GELU; the classification head reads the ``<s>`` vector through
+``dropout -> dense -> tanh -> dropout -> linear`` (RoBERTa has no pooler).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .bert import (
+    BertConfig,
+    BertEmbeddings,
+    BertMLMHead,
+    BertModel,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+    _body_names,
+    _classification_loss,
+    _count_parameters,
+    _hf_state_dict,
+    _init_bert_weights,
+    _linear,
+    _WithMLMHead,
+    load_hf_state_dict,
+    masked_lm_loss,
+)
+
+__all__ = [
+    "RobertaConfig",
+    "RobertaEmbeddings",
+    "RobertaModel",
+    "RobertaForMaskedLM",
+    "RobertaForSequenceClassification",
+    "roberta_position_ids",
+]
+
+
+@dataclass
+class RobertaConfig(BertConfig):
+    """RoBERTa-base's sizes (the ``roberta-base`` checkpoint); field names as in :class:`BertConfig`."""
+
+    vocab_size: int = 50265  # byte-level BPE
+    max_position_embeddings: int = 514  # 512 tokens + the padding_idx + 1 = 2 reserved rows
+    type_vocab_size: int = 1  # a single segment vector
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int = 1  # <pad>; also RoBERTa's padding_idx for positions
+    bos_token_id: int = 0  # <s>, plays [CLS]'s role
+    eos_token_id: int = 2  # </s>, plays [SEP]'s role
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_position_embeddings <= self.pad_token_id + 1:
+            raise ValueError(
+                f"max_position_embeddings={self.max_position_embeddings} leaves no room: RoBERTa reserves "
+                f"padding_idx + 1 = {self.pad_token_id + 1} positions"
+            )
+
+    @property
+    def max_len(self) -> int:
+        """Longest input: ``max_position_embeddings - padding_idx - 1`` (512 for 514 rows)."""
+        return self.max_position_embeddings - self.pad_token_id - 1
+
+
+def roberta_position_ids(input_ids: Tensor, padding_idx: int) -> Tensor:
+    """``cumsum(ids != pad) * (ids != pad) + padding_idx``: real tokens from ``padding_idx + 1``, padding at ``padding_idx``."""
+    real = (input_ids != padding_idx).long()
+    return torch.cumsum(real, dim=1) * real + padding_idx
+
+
+class RobertaEmbeddings(BertEmbeddings):
+    """BERT's embeddings with RoBERTa's position numbering (padding keeps ``padding_idx``)."""
+
+    def __init__(self, config: RobertaConfig):
+        super().__init__(config)
+        c = config
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size, padding_idx=c.pad_token_id)
+
+    def max_length(self) -> int:
+        return self.config.max_position_embeddings - self.config.pad_token_id - 1
+
+    def default_position_ids(self, input_ids: Tensor) -> Tensor:
+        n, limit, c = input_ids.size(1), self.max_length(), self.config
+        if n > limit:
+            raise ValueError(
+                f"input length {n} exceeds RoBERTa's limit of {limit} tokens: max_position_embeddings="
+                f"{c.max_position_embeddings} minus the padding_idx + 1 = {c.pad_token_id + 1} reserved positions; "
+                "truncate the input"
+            )
+        return roberta_position_ids(input_ids, c.pad_token_id)
+
+
+class RobertaModel(BertModel):
+    """BERT's encoder with RoBERTa's embeddings; same ``forward`` and outputs as :class:`BertModel`."""
+
+    config_class = RobertaConfig
+    embeddings_class = RobertaEmbeddings
+
+    def __init__(self, config: RobertaConfig, *, add_pooling_layer: bool = True):
+        if not isinstance(config, RobertaConfig):
+            raise TypeError(f"expected a RobertaConfig, got {type(config).__name__}")
+        super().__init__(config, add_pooling_layer=add_pooling_layer)
+
+
+class RobertaForMaskedLM(_WithMLMHead):
+    """RoBERTa (no pooler) with the masked-LM head; the only pre-training objective."""
+
+    def __init__(self, config: RobertaConfig):
+        super().__init__()
+        self.config = config
+        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        self.mlm_head = BertMLMHead(config, activation="gelu")
+        _init_bert_weights(self.mlm_head, config.initializer_range)
+        self.tie_weights()
+
+    @property
+    def base(self) -> RobertaModel:
+        return self.roberta
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> MaskedLMOutput:
+        out = self.roberta(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.mlm_head(out.last_hidden_state)
+        return MaskedLMOutput(
+            loss=masked_lm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+    def hf_names(self) -> dict[str, str]:
+        names = _body_names(self.config, "roberta", "roberta", pooler=False)
+        names.update(_linear("mlm_head.dense", "lm_head.dense"))
+        names.update(_linear("mlm_head.norm", "lm_head.layer_norm"))
+        names["mlm_head.bias"] = "lm_head.bias"
+        names["mlm_head.decoder.weight"] = (
+            "roberta.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else "lm_head.decoder.weight"
+        )
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy a ``transformers.RobertaForMaskedLM`` (configuration and weights); eval mode."""
+        config = RobertaConfig.from_hf(hf_model.config)
+        model = cls(config)
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()
+
+
+class RobertaForSequenceClassification(nn.Module):
+    """RoBERTa + a two-layer head on the ``<s>`` vector: dropout, dense, tanh, dropout, linear."""
+
+    def __init__(self, config: RobertaConfig):
+        super().__init__()
+        self.config = config
+        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = nn.Dropout(p)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        _init_bert_weights(self.dense, config.initializer_range)
+        _init_bert_weights(self.out_proj, config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> SequenceClassifierOutput:
+        out = self.roberta(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        x = self.dropout(out.last_hidden_state[:, 0])
+        x = self.dropout(torch.tanh(self.dense(x)))
+        logits = self.out_proj(x)
+        return SequenceClassifierOutput(
+            loss=_classification_loss(logits, labels, self.config.num_labels) if labels is not None else None,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    def hf_names(self) -> dict[str, str]:
+        names = _body_names(self.config, "roberta", "roberta", pooler=False)
+        names.update(_linear("dense", "classifier.dense"))
+        names.update(_linear("out_proj", "classifier.out_proj"))
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy a ``transformers.RobertaForSequenceClassification``; eval mode."""
+        config = RobertaConfig.from_hf(hf_model.config)
+        model = cls(config)
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()
