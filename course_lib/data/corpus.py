@@ -300,6 +300,8 @@ _MARKERS = ("Then", "Later", "Afterwards", "Soon", "Suddenly", "Finally", "Next"
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _SUBORD = ("because", "when", "after", "before", "while", "although", "if")
 _NUMERALS = ("two", "three", "four", "five", "six", "ten")
+_STATIVE = frozenset({"know", "believe", "like", "love", "hate", "want", "need", "hope", "understand",
+                      "remember", "forget", "see", "hear", "notice", "own", "think", "feel", "smell", "taste"})
 _MODALS = ("can", "will", "should", "must", "could", "would", "might")
 _LOC_PREPS = ("in", "in", "in", "near", "at", "behind", "outside")
 
@@ -416,6 +418,7 @@ class _Protagonist:
     name: tuple[str, ...]  # full name tokens
     gender: str  # "m" / "f"
     mentioned: bool = False  # already introduced in the document
+    here: int = -1  # index of their name in the sentence being built, -1 if not there
 
 
 @dataclass
@@ -562,7 +565,7 @@ class _Grammar:
                 pre.append(b.add(det, "PRON", "nmod:poss"))
             elif det in _NUMERALS:
                 pre.append(b.add(det, "NUM", "nummod"))
-            elif det == "many":
+            elif det in ("many", "several", "much"):
                 pre.append(b.add(det, "ADJ", "amod"))
             else:
                 pre.append(b.add(det, "DET", "det"))
@@ -660,13 +663,16 @@ class _Grammar:
         if person_ok:
             p = self.protagonist
             if p is not None and rng.random() < 0.5:
-                if p.mentioned and rng.random() < 0.6:
+                if p.here >= 0 or (p.mentioned and rng.random() < 0.6):
                     h = b.add("he" if p.gender == "m" else "she", "PRON", rel)
                     b.phen.add("pronoun")
-                    return _Subject(h, "3sg", False, p.gender)
+                    if p.here >= 0:
+                        b.coref.append((h, p.here))
+                    return _Subject(h, "3sg", False, p.gender, pronoun_ok=False)
                 p.mentioned = True
                 h = self.add_name(b, p.name[:1] if rng.random() < 0.5 else p.name, rel)
-                return _Subject(h, "3sg", True, p.gender)
+                p.here = h
+                return _Subject(h, "3sg", True, p.gender, pronoun_ok=False)
             r = rng.random()
             if r < cfg.p_pronoun:
                 agr = rng.choice(("1sg", "3sg", "3sg", "pl", "pl"))
@@ -716,6 +722,8 @@ class _Grammar:
                 word = verb.s3 if third else verb.lemma
             else:
                 word = verb.past
+        elif tense in ("prog", "pastprog") and verb.lemma in _STATIVE:
+            return self.verb_group(b, verb, agr, "present" if tense == "prog" else "past", neg)
         elif tense in ("prog", "pastprog"):
             form = _BE[("present" if tense == "prog" else "past", agr)]
             aux.append(b.add(form, "AUX", "aux"))
@@ -1020,7 +1028,12 @@ class _Grammar:
         else:  # Anna is a teacher / the boys are students
             s = self.subject(b, ("person",), topic, 1, modify=False)
             cop = b.add(_BE[(tense, s.agr)], "AUX", "cop")
-            root = self.np(b, self.noun(("person",), topic), "root", 2, plural=s.agr == "pl",
+            role = self.noun(("person",), topic)
+            for _ in range(10):
+                if role.gender is None or s.gender is None or role.gender == s.gender:
+                    break
+                role = self.noun(("person",), topic)
+            root = self.np(b, role, "root", 2, plural=s.agr == "pl",
                            det="a" if s.agr != "pl" else "", modify=False)
             b.attach(s.head, root)
             b.attach(cop, root)
@@ -1037,13 +1050,13 @@ class _Grammar:
         ex = b.add("there", "PRON", "expl")
         cop = b.add("is", "VERB", "root")
         n = self.noun(("physical",), topic)
-        h = self.np(b, n, "nsubj", 1, det="" if False else None)
-        if b.tok[h - 1] == "the" or b.rel[h - 1] == "nmod:poss":  # "there is the cat" is odd
-            b.tok[h - 1] = "some" if b.num[h] == "p" or n.plural is None else "a"
-            b.rel[h - 1] = "det"
-            b.pos[h - 1] = "DET"
-            if b.tok[h - 1] == "a" and _needs_an(b.tok[h]):
-                b.tok[h - 1] = "an"
+        if n.plural is None:
+            det = rng.choice(("some", "", "much"))
+            plural = False
+        else:
+            plural = rng.random() < 0.4
+            det = rng.choice(("some", "two", "three", "many", "several", "")) if plural else "a"
+        h = self.np(b, n, "nsubj", 1, det=det, plural=plural)
         b.tok[cop] = _BE[(tense, "pl" if b.num[h] == "p" else "3sg")]
         b.attach(ex, cop)
         b.attach(h, cop)
@@ -1358,6 +1371,27 @@ class _Grammar:
         noun = rng.choice(self.lex.senses[lemma])
         return self.clause(b, noun.topic, 1, force=noun, kinds="ITP")
 
+    def forced_sentence(self, noun: Noun) -> Sentence:
+        """A clause of ``noun``'s topic that contains ``noun`` (as object or subject)."""
+        b = _Builder()
+        root = self.clause(b, noun.topic, 1, force=noun, kinds="ITP")
+        b.attach(root, -1, "root")
+        b.add(".", "PUNCT", "punct", root)
+        return b.finish(noun.topic)
+
+    def winograd_pair(self) -> tuple[Sentence, Sentence]:
+        """The same Winograd-style sentence twice, "it" = the subject, then "it" = the object."""
+        schema = self.rng.randrange(len(_WINOGRAD))
+        choices: dict = {}
+        out = []
+        for to_subject in (True, False):
+            b = _Builder()
+            root = self.winograd(b, to_subject, schema, choices)
+            b.attach(root, -1, "root")
+            b.add(".", "PUNCT", "punct", root)
+            out.append(b.finish("animals"))
+        return out[0], out[1]
+
     # ------------------------------------------------------------------ documents
 
     def document(self, topic: str, n_sentences: int) -> Document:
@@ -1369,6 +1403,7 @@ class _Grammar:
         kinds = ("clause", "clause", "clause", "clause", "coordination", "subordinate", "complement",
                  "passive", "copula", "existential")
         for _ in range(n_sentences - 1):
+            self.protagonist.here = -1
             b = _Builder()
             marker = b.add(rng.choice(_MARKERS), "ADV", "advmod") if rng.random() < 0.3 else -1
             kind = rng.choice(kinds)
@@ -1393,11 +1428,9 @@ class _Grammar:
         r = rng.random()
         if r < 0.5:  # Anna Smith was a young cook.
             cop = b.add(_BE[(tense, "3sg")], "AUX", "cop")
-            role = self.noun(("person",), topic)
-            for _ in range(10):
-                if role.gender in (None, p.gender) and role.topic == topic:
-                    break
-                role = self.noun(("person",), topic)
+            roles = [n for n in self.pool.get((topic, "person")) or self.pool[(None, "person")]
+                     if n.gender in (None, p.gender)]
+            role = rng.choice(roles)
             root = self.np(b, role, "root", 2, plural=False, det="a", modify=False)
             b.attach(h, root)
             b.attach(cop, root)

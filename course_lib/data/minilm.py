@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-__all__ = ["minilm_dir", "minilm_tokenizer", "minilm_config"]
+__all__ = ["minilm_dir", "minilm_tokenizer", "minilm_config", "minilm_vocab", "minilm_special_ids"]
 
 
 def minilm_dir() -> Path:
@@ -40,3 +40,17 @@ def minilm_tokenizer():
     tok.no_padding()
     tok.no_truncation()
     return tok
+
+
+@functools.lru_cache(maxsize=1)
+def minilm_vocab() -> dict[str, int]:
+    """The model's WordPiece vocabulary, ``{token: id}`` (30,522 entries, ``[PAD]`` = 0, ``[MASK]`` = 103)."""
+    lines = (minilm_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    return {tok: i for i, tok in enumerate(lines)}
+
+
+def minilm_special_ids() -> dict[str, int]:
+    """``{"pad", "unk", "cls", "sep", "mask"}`` ids of the MiniLM vocabulary (as for course tokenizers)."""
+    vocab = minilm_vocab()
+    return {role: vocab[tok] for role, tok in
+            (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("sep", "[SEP]"), ("mask", "[MASK]"))}

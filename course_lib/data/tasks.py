@@ -1,0 +1,223 @@
+"""Labelled tasks built from the generated corpus, one function per chapter's need.
+
+* :func:`agreement_pairs` / :func:`agreement_examples`: subject-verb agreement
+  acceptability (Linzen et al. 2016; Goldberg 2019). Each grammatical sentence whose
+  subject is separated from its verb by a noun of the *other* number (*The keys to the
+  cabinet are ...*) is paired with the same sentence with the verb's number flipped, so
+  that it agrees with the distractor (*The keys to the cabinet is ...*). Label 1 =
+  grammatical, 0 = agreement violation.
+* :func:`sense_examples`: occurrences of an ambiguous word (*jam*: traffic / fruit) with
+  their sense, for measuring how contextual embeddings separate senses.
+* :func:`pronoun_pairs`: Winograd-style minimal pairs that differ in one adjective, which
+  decides what "it" refers to.
+* :func:`name_sentences`: sentences with multi-token names (*New York*, *Harry Potter*).
+* :func:`nsp_pairs` / :func:`sop_pairs`: BERT's next-sentence and ALBERT's sentence-order
+  pairs from documents, with Hugging Face's label convention (0 = real continuation /
+  right order, 1 = random sentence / swapped).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+
+from .corpus import CorpusConfig, Document, Sentence, _Grammar, generate_corpus
+from .lexicon import load_lexicon
+from .words import detokenize
+
+__all__ = [
+    "AgreementExample",
+    "agreement_examples",
+    "agreement_pairs",
+    "SenseExample",
+    "sense_words",
+    "sense_examples",
+    "PronounPair",
+    "pronoun_pairs",
+    "name_sentences",
+    "nsp_pairs",
+    "sop_pairs",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _number_tables() -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
+    lex = load_lexicon()
+    flip = {"is": "are", "are": "is", "was": "were", "were": "was", "has": "have", "have": "has",
+            "does": "do", "do": "does"}
+    for v in lex.verbs:
+        flip[v.s3] = v.lemma
+        flip[v.lemma] = v.s3
+    singular = frozenset(n.lemma for n in lex.nouns if n.plural is not None)
+    plural = frozenset(n.plural for n in lex.nouns if n.plural is not None)
+    return flip, singular - plural, plural - singular
+
+
+@dataclass(frozen=True)
+class AgreementExample:
+    tokens: tuple[str, ...]
+    label: int  # 1 = grammatical, 0 = the verb agrees with the distractor instead
+    subject: int  # index of the subject's head noun
+    verb: int  # index of the verb (or auxiliary) that shows number
+    attractor: int  # index of the distractor noun between them
+
+    @property
+    def text(self) -> str:
+        return detokenize(self.tokens)
+
+
+def agreement_examples(n_pairs: int, *, seed: int = 0) -> list[AgreementExample]:
+    """``2 * n_pairs`` examples: each grammatical sentence followed by its violating twin."""
+    if n_pairs < 0:
+        raise ValueError(f"n_pairs must be >= 0, got {n_pairs}")
+    flip, singular, plural = _number_tables()
+    out: list[AgreementExample] = []
+    chunk = 0
+    while len(out) < 2 * n_pairs:
+        for s in generate_corpus(max(64, n_pairs), seed=seed * 1000 + chunk, kind="agreement"):
+            if len(out) >= 2 * n_pairs:
+                break
+            if not s.agreement:
+                continue
+            subj, verb, att = s.agreement[-1]
+            if att < 0:
+                continue
+            ns = "s" if s.tokens[subj] in singular else "p" if s.tokens[subj] in plural else None
+            na = "s" if s.tokens[att] in singular else "p" if s.tokens[att] in plural else None
+            if ns is None or na is None or ns == na or s.tokens[verb] not in flip:
+                continue
+            bad = list(s.tokens)
+            bad[verb] = flip[bad[verb]]
+            out.append(AgreementExample(s.tokens, 1, subj, verb, att))
+            out.append(AgreementExample(tuple(bad), 0, subj, verb, att))
+        chunk += 1
+    return out
+
+
+def agreement_pairs(n_pairs: int, *, seed: int = 0, shuffle: bool = True) -> list[tuple[str, int]]:
+    """``(sentence, label)`` for agreement acceptability: label 1 grammatical, 0 violation.
+
+    ``2 * n_pairs`` items, balanced; with ``shuffle=False`` each grammatical sentence is
+    directly followed by its violating twin (a minimal pair).
+    """
+    items = [(e.text, e.label) for e in agreement_examples(n_pairs, seed=seed)]
+    if shuffle:
+        random.Random(seed).shuffle(items)
+    return items
+
+
+@dataclass(frozen=True)
+class SenseExample:
+    sentence: Sentence
+    index: int  # position of the ambiguous word
+    sense: str  # e.g. "traffic" / "fruit"
+
+    @property
+    def word(self) -> str:
+        return self.sentence.tokens[self.index]
+
+
+def sense_words() -> list[str]:
+    """The ambiguous nouns of the lexicon (jam, bank, bat, mouse, ...)."""
+    return sorted(load_lexicon().senses)
+
+
+def sense_examples(word: str = "jam", *, n_per_sense: int = 50, seed: int = 0) -> list[SenseExample]:
+    """``n_per_sense`` sentences for each sense of ``word``, in which context separates the senses."""
+    lex = load_lexicon()
+    if word not in lex.senses:
+        raise ValueError(f"{word!r} is not an ambiguous word of the lexicon; choose from {sense_words()}")
+    if n_per_sense < 1:
+        raise ValueError(f"n_per_sense must be >= 1, got {n_per_sense}")
+    senses = [n.sense for n in lex.senses[word]]
+    got: dict[str, list[SenseExample]] = {s: [] for s in senses}
+    rng = random.Random(seed)
+    g = _Grammar(lex, rng, CorpusConfig())
+    for _ in range(200 * n_per_sense):
+        if all(len(v) >= n_per_sense for v in got.values()):
+            break
+        if word == "jam":
+            sent = g.sentence("food", "jam")
+        else:
+            sent = g.forced_sentence(rng.choice(lex.senses[word]))
+        for idx, sense in sent.senses:
+            if sent.tokens[idx].lower() in (word, *(n.plural for n in lex.senses[word] if n.plural)) \
+                    and sense in got and len(got[sense]) < n_per_sense:
+                got[sense].append(SenseExample(sent, idx, sense))
+    return [e for s in senses for e in got[s]]
+
+
+@dataclass(frozen=True)
+class PronounPair:
+    """Two sentences that differ only in the adjective: "it" is the subject in one, the object in the other."""
+
+    to_subject: Sentence  # The animal didn't cross the street because it was too tired.
+    to_object: Sentence  # The animal didn't cross the street because it was too wide.
+
+    @property
+    def pronoun(self) -> int:
+        return self.to_subject.coref[0][0]
+
+
+def pronoun_pairs(n: int, *, seed: int = 0) -> list[PronounPair]:
+    """``n`` Winograd-style minimal pairs with gold antecedents in ``sentence.coref``."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    g = _Grammar(load_lexicon(), random.Random(seed), CorpusConfig())
+    return [PronounPair(*g.winograd_pair()) for _ in range(n)]
+
+
+def name_sentences(n: int, *, seed: int = 0) -> list[Sentence]:
+    """``n`` sentences that contain a multi-token name (``sentence.names`` has its span)."""
+    out: list[Sentence] = []
+    chunk = 0
+    while len(out) < n:
+        out.extend(s for s in generate_corpus(max(64, n), seed=seed * 1000 + chunk, kind="name") if s.names)
+        chunk += 1
+    return out[:n]
+
+
+def _check_docs(documents) -> list[Document]:
+    docs = list(documents)
+    if sum(len(d) >= 2 for d in docs) == 0:
+        raise ValueError("sentence pairs need at least one document with two or more sentences")
+    return docs
+
+
+def nsp_pairs(documents, *, seed: int = 0, p_random: float = 0.5) -> list[tuple[str, str, int]]:
+    """Next-sentence prediction pairs ``(a, b, label)``: one per adjacent pair of sentences.
+
+    With probability ``p_random`` b is replaced by a sentence of another document
+    (label 1, "random"); otherwise b is the real next sentence (label 0, "is next").
+    """
+    docs = _check_docs(documents)
+    if len(docs) < 2:
+        raise ValueError("next-sentence prediction needs at least two documents (for random sentences)")
+    rng = random.Random(seed)
+    out = []
+    for k, d in enumerate(docs):
+        for a, b in zip(d.sentences, d.sentences[1:]):
+            if rng.random() < p_random:
+                j = rng.randrange(len(docs) - 1)
+                j += j >= k
+                other = docs[j].sentences[rng.randrange(len(docs[j]))]
+                out.append((a.text, other.text, 1))
+            else:
+                out.append((a.text, b.text, 0))
+    return out
+
+
+def sop_pairs(documents, *, seed: int = 0, p_swap: float = 0.5) -> list[tuple[str, str, int]]:
+    """Sentence-order prediction pairs ``(a, b, label)``: adjacent sentences, swapped with
+    probability ``p_swap`` (label 1) or in their order (label 0)."""
+    docs = _check_docs(documents)
+    rng = random.Random(seed)
+    out = []
+    for d in docs:
+        for a, b in zip(d.sentences, d.sentences[1:]):
+            if rng.random() < p_swap:
+                out.append((b.text, a.text, 1))
+            else:
+                out.append((a.text, b.text, 0))
+    return out
