@@ -33,7 +33,7 @@ introduced by name and later referred to by pronoun, with discourse markers (*Th
 sentence prediction) and swapped sentences break the order (sentence order prediction).
 
 The same seed gives the same corpus in any process (only ``random.Random(seed)`` and lists,
-never the iteration order of a set). Run ``python -m course_lib.data.corpus --benchmark``
+never the iteration order of a set). Run ``python -m course_lib.data --benchmark``
 to measure the generation speed.
 
 Tree utilities for probing (Hewitt and Manning's structural probe): :func:`tree_depths`
@@ -383,6 +383,8 @@ class _Builder:
             self.rel[dep] = rel
 
     def record_agreement(self, subj: int, verb: int) -> None:
+        if verb < 0:  # the verb form shows no number (past tense, modal)
+            return
         attractor = -1
         for k in range(verb - 1, subj, -1):
             if self.num[k] is not None:
@@ -750,6 +752,8 @@ class _Grammar:
         v = b.add(word, "VERB", "root")
         for k in aux:
             b.head[k] = v
+        if tense == "present" and not neg and agr != "1sg":
+            agree = v  # eats / eat
         return v, agree
 
     def tense(self) -> str:
@@ -883,8 +887,6 @@ class _Grammar:
         b.attach(subj.head, v)
         if freq >= 0:
             b.attach(freq, v)
-        if agree == -1 and tense == "present" and not neg and subj.agr != "1sg":
-            agree = v
         if agree >= 0 and subj.nominal:
             b.record_agreement(subj.head, agree)
         if force is not None and not force_subject:
@@ -956,8 +958,6 @@ class _Grammar:
         tense = self.tense()
         v, agree = self.verb_group(b, verb, subj.agr, tense, rng.random() < self.cfg.p_negation)
         b.attach(subj.head, v)
-        if agree == -1 and tense == "present" and subj.agr != "1sg" and b.tok[v] == verb.s3:
-            agree = v
         if agree >= 0 and subj.nominal:
             b.record_agreement(subj.head, agree)
         m = b.add("that", "SCONJ", "mark") if rng.random() < 0.7 else -1
@@ -1112,8 +1112,6 @@ class _Grammar:
         tense = rng.choice(("present", "present", "prog", "perfect", "pastprog"))
         v, agree = self.verb_group(b, verb, "pl" if plural else "3sg", tense, rng.random() < self.cfg.p_negation)
         b.attach(h, v)
-        if agree == -1:
-            agree = v
         b.record_agreement(h, agree)
         self.complement(b, frame, v, topic, 2, modify=False)
         return v
@@ -1159,8 +1157,6 @@ class _Grammar:
         tense = rng.choice(("present", "past", "past", "perfect"))
         v, agree = self.verb_group(b, verb, "3sg", tense, False)
         b.attach(h, v)
-        if agree == -1 and tense == "present":
-            agree = v
         if agree >= 0:
             b.record_agreement(h, agree)
         if verb.lemma in ("visit", "leave", "love", "reach"):
@@ -1338,8 +1334,6 @@ class _Grammar:
             tense = rng.choice(("present", "past", "past"))
             v, agree = self.verb_group(b, verb, s.agr, tense, False)
             b.attach(s.head, v)
-            if agree == -1 and tense == "present" and s.agr != "1sg":
-                agree = v
             if agree >= 0 and s.nominal:
                 b.record_agreement(s.head, agree)
             j = jam_obj("obj", rng.choice(("", "some", "the", "my", "her", "his")))
