@@ -233,6 +233,9 @@ def elmo_char_ids(sentences, *, add_bos_eos: bool = True, max_len: int | None = 
 # --------------------------------------------------------------------------- subword tokenizers (HF)
 
 
+_CONT_OFFSET = 0xF0000  # continuation characters are mapped into the supplementary private use area
+
+
 def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, min_frequency: int = 2,
                     verbose: bool = False):
     """A BERT-style WordPiece tokenizer trained on ``texts`` (str, Sentence or Document items).
@@ -241,6 +244,14 @@ def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, mi
     and accent stripping when ``lowercase``), BERT pre-tokenisation (whitespace and
     punctuation), ``##`` continuation prefix; encodes one text as ``[CLS] A [SEP]`` and a pair
     as ``[CLS] A [SEP] B [SEP]`` with token types 0/1. Returns a ``tokenizers.Tokenizer``.
+
+    The vocabulary is learned exactly like the library's ``WordPieceTrainer`` (BPE merges
+    over characters, with non-initial characters as separate ``##`` symbols), but
+    reproducibly: that trainer numbers the ``##`` symbols in hash-map order, which changes
+    how ties are broken from one run to the next. Here the library's deterministic BPE
+    trainer runs on words whose non-initial characters are mapped to distinct private-use
+    characters, and the result is mapped back to ``##`` pieces. Words with characters
+    outside the Basic Multilingual Plane (emoji) are left out of training.
     """
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -248,22 +259,40 @@ def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, mi
     texts = as_texts(texts)
     if not texts:
         raise ValueError("train_wordpiece needs at least one text")
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                strip_accents=lowercase, lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=list(BERT_SPECIALS), show_progress=False,
-                                        continuing_subword_prefix="##")
     t0 = time.perf_counter()
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                            strip_accents=lowercase, lowercase=lowercase)
+    pre = pre_tokenizers.BertPreTokenizer()
+    cont_table = {i: i + _CONT_OFFSET for i in range(0x10000)}
+
+    def marked_words():
+        for text in texts:
+            words = [w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text))]
+            yield " ".join(w[0] + w[1:].translate(cont_table) for w in words if w.isprintable() and max(w) < "\U00010000")
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  special_tokens=list(BERT_SPECIALS), show_progress=False)
+    bpe.train_from_iterator(marked_words(), trainer=trainer, length=len(texts))
+
+    def unmark(piece: str) -> str:
+        if ord(piece[0]) >= _CONT_OFFSET:
+            return "##" + "".join(chr(ord(c) - _CONT_OFFSET) for c in piece)
+        return piece[0] + "".join(chr(ord(c) - _CONT_OFFSET) for c in piece[1:])
+
+    learned = sorted(bpe.get_vocab().items(), key=lambda kv: kv[1])
+    vocab = {tok if tok in BERT_SPECIALS else unmark(tok): i for tok, i in learned}
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
     tok.decoder = decoders.WordPiece(prefix="##")
+    tok.add_special_tokens(list(BERT_SPECIALS))
     if verbose:
         print(f"WordPiece: {tok.get_vocab_size()} tokens from {len(texts)} texts in {time.perf_counter() - t0:.2f} s")
     return tok
