@@ -10,6 +10,7 @@ import sys
 SUBCOMMAND_MODULES = [
     "course_lib.book",
     "course_lib.notebooks",
+    "course_lib.grading.cli",
 ]
 
 

@@ -1,0 +1,447 @@
+"""The checker: runs the instructor's checks against one submission at a time.
+
+A checker is a trusted process (``python -m course_lib.grading.checker``) started by
+``course grade``; it imports torch once and then grades the submissions it is sent, one
+at a time, as JSON lines on stdin/stdout. For each submission it
+
+1. starts a :class:`~course_lib.grading.sandbox.Sandbox` and runs in it the instructor's
+   preamble cells and the submission's answer cells (nothing else from the submission);
+2. runs each check cell of the solution notebook *here*, in a fresh namespace where the
+   exercise's function names are bound to :class:`StudentFunction` proxies;
+3. a proxy call sends the arguments (plain data) to the sandbox, gets the student's result
+   back (plain data, schema-checked), computes the reference answer on the same
+   arguments here, and compares the two with the check's tolerances; any difference
+   fails the check. The check's own asserts then run on the student's values, here.
+
+A check passes when its code finishes without an exception. Hidden checks draw their inputs
+from the global RNGs, seeded from the solution file, the submission's answers and the
+check id: fresh for every submission, and the same when it is graded again.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import inspect
+import json
+import os
+import random
+import re
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .compare import compare_values
+from .format import Assignment, Check, load_assignment
+from .sandbox import Sandbox, SandboxLimits, SandboxLost, become_subreaper
+from .wire import ProtocolError, describe, encode_for_sandbox, to_python
+from .sandbox_worker import decode
+
+__all__ = ["CheckFailure", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
+
+MAX_SANDBOX_STARTS = 12  # per submission
+MAX_CRASHES_PER_EXERCISE = 2  # after this many crashes/timeouts its remaining checks are not run
+START_TIMEOUT = 120.0
+MESSAGE_LIMIT = 2000
+
+
+class CheckFailure(BaseException):
+    """A check failed because of the student's code (BaseException: no ``except Exception`` swallows it)."""
+
+
+class _Lost(BaseException):
+    def __init__(self, lost: SandboxLost):
+        super().__init__(lost.reason)
+        self.lost = lost
+
+
+def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more characters]"
+
+
+class Reference:
+    """The solution's preamble and reference answers, executed once in this process."""
+
+    def __init__(self, assignment: Assignment):
+        self.assignment = assignment
+        self.base: dict = {"__name__": "__check__", "__builtins__": builtins}
+        for i, src in enumerate(assignment.preamble):
+            exec(compile(src, f"<preamble {i}>", "exec"), self.base)  # noqa: S102 - instructor code
+        ns = dict(self.base)
+        for answer in assignment.answers:
+            exec(compile(answer.source, f"<reference {answer.key}>", "exec"), ns)  # noqa: S102
+        self.functions = {name: ns[name] for e in assignment.exercises for name in e.functions}
+
+
+def seeds_for(assignment: Assignment, answers: dict) -> dict[str, int]:
+    """One seed per check, from the solution file, the submitted answer code and the check id."""
+    fingerprint = hashlib.sha256(json.dumps(answers, sort_keys=True).encode()).hexdigest()
+    out = {}
+    for check in assignment.checks:
+        h = hashlib.sha256(f"{assignment.digest}:{fingerprint}:{check.id}".encode()).digest()
+        out[check.id] = int.from_bytes(h[:8], "little") & (2**63 - 1)
+    return out
+
+
+def _seed_everything(seed: int) -> None:
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed % 2**32)
+
+
+_MAGIC = re.compile(r"^\s*[%!]|=\s*[%!]|\?\s*$", re.M)
+
+
+def _ipython_to_python(source: str) -> str:
+    """Turn IPython syntax (``%magic``, ``!cmd``) into Python, as a notebook kernel would."""
+    if not _MAGIC.search(source):
+        return source
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - leave it to the sandbox to report the SyntaxError
+        return source
+
+
+@dataclass
+class _AnswerState:
+    key: str
+    exercise: str
+    found: bool
+    source: str | None
+    status: str = "not run"  # "ok" | "missing" | "raised ..." | "timed out" | "crashed ..."
+    output: str = ""
+    poisoned: bool = False  # crashed or hung the sandbox: skipped on restarts
+
+
+@dataclass
+class _Run:
+    """The state of grading one submission."""
+
+    assignment: Assignment
+    reference: Reference
+    mode: str
+    limits: SandboxLimits
+    answers: dict[str, _AnswerState]
+    deadline: float
+    answer_timeout: float
+    sandbox: Sandbox | None = None
+    starts: int = 0
+    warnings: list[str] = field(default_factory=list)
+    call_output: list[str] = field(default_factory=list)
+    dropped: int = 0
+    crashes: dict[str, int] = field(default_factory=dict)
+
+    def ensure_sandbox(self) -> None:
+        while self.sandbox is None:
+            if self.starts >= MAX_SANDBOX_STARTS:
+                raise _Lost(SandboxLost("start", f"not run: the sandbox was restarted {MAX_SANDBOX_STARTS} times"))
+            if time.monotonic() >= self.deadline:
+                raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
+            self.starts += 1
+            box = Sandbox(self.mode, self.limits, self.assignment.forbid)
+            try:
+                box.start(min(time.monotonic() + START_TIMEOUT, self.deadline))
+            except SandboxLost as exc:
+                raise _Lost(exc) from None
+            for w in box.warnings:
+                if w not in self.warnings:
+                    self.warnings.append(w)
+            try:
+                for i, src in enumerate(self.assignment.preamble):
+                    out = box.request({"op": "exec", "key": f"preamble-{i}", "source": src}, self._answer_deadline())
+                    if not out.ok:
+                        box.kill()
+                        raise RuntimeError(f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}")
+                for state in self.answers.values():
+                    if not state.found or state.poisoned:
+                        continue
+                    try:
+                        out = box.request({"op": "exec", "key": state.key, "source": state.source}, self._answer_deadline())
+                    except SandboxLost as exc:
+                        state.poisoned = True
+                        state.status = (
+                            f"timed out after {self.answer_timeout:g} s while running the cell (it is skipped)"
+                            if exc.kind == "timeout"
+                            else f"stopped the sandbox while running: {exc.reason} (the cell is skipped)"
+                        )
+                        state.output, _ = box.take_output()
+                        box.kill()
+                        break
+                    if state.status == "not run":
+                        state.output = out.output
+                        state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                        if not out.ok and out.error.get("traceback"):
+                            state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
+                else:
+                    self.sandbox = box
+            except SandboxLost as exc:  # the preamble itself timed out or crashed
+                box.kill()
+                raise _Lost(exc) from None
+
+    def _answer_deadline(self) -> float:
+        return min(time.monotonic() + self.answer_timeout, self.deadline)
+
+    def drop_sandbox(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.kill()
+            self.sandbox = None
+
+    def answer_note(self, exercise: str) -> str:
+        notes = []
+        for s in self.answers.values():
+            if s.exercise != exercise:
+                continue
+            if not s.found:
+                notes.append(f"answer cell {s.key!r} is missing from your notebook (only answer cells are graded)")
+            elif s.status != "ok":
+                notes.append(f"answer cell {s.key!r} {s.status}")
+        return "; ".join(notes)
+
+
+class StudentFunction:
+    """Stands for a student's function inside a check: call -> sandbox, compare with the reference."""
+
+    def __init__(self, run: _Run, check: Check, name: str, reference, deadline: list[float]):
+        self._run, self._check, self._name, self._reference, self._deadline = run, check, name, reference, deadline
+        self.__name__ = name
+
+    def _describe_call(self, args, kwargs) -> str:
+        try:
+            bound = inspect.signature(self._reference).bind(*args, **kwargs)
+            parts = [f"{k}={describe(v) if not self._show(v) else repr(v)}" for k, v in bound.arguments.items()]
+        except (TypeError, ValueError):
+            parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
+        return f"{self._name}({', '.join(parts)})"
+
+    def _show(self, v) -> bool:
+        """Scalars of visible checks are shown; of hidden checks only their type."""
+        return not self._check.hidden and (v is None or isinstance(v, (bool, int, float, str)))
+
+    def __call__(self, *args, **kwargs):
+        run, check = self._run, self._check
+        enc_args = [encode_for_sandbox(a) for a in args]
+        enc_kwargs = [[k, encode_for_sandbox(v)] for k, v in kwargs.items()]
+        ref_exc = ref_value = None
+        try:
+            ref_value = self._reference(*[decode(a) for a in enc_args], **{k: decode(v) for k, v in enc_kwargs})
+        except Exception as exc:  # noqa: BLE001 - the reference raising is part of the spec
+            ref_exc = exc
+        call = self._describe_call(args, kwargs)
+        run.ensure_sandbox()
+        try:
+            outcome = run.sandbox.request({"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}, self._deadline[0])
+        except SandboxLost as exc:
+            out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
+            run.call_output.append(out)
+            run.dropped += dropped
+            run.drop_sandbox()
+            run.crashes[check.exercise] = run.crashes.get(check.exercise, 0) + 1
+            if exc.kind == "timeout":
+                raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
+            raise CheckFailure(f"{call}: {exc.reason}") from None
+        run.call_output.append(outcome.output)
+        run.dropped += outcome.output_dropped
+        if not outcome.ok:
+            err = outcome.error
+            if ref_exc is not None and check.compare and type(ref_exc).__name__ in err["mro"]:
+                raise ref_exc
+            if err["type"] == "NameError" and err["message"] == f"your answer does not define {self._name!r}":
+                note = run.answer_note(check.exercise)
+                raise CheckFailure(f"your answer does not define {self._name}" + (f" ({note})" if note else ""))
+            if err["type"] == "NotImplementedError":
+                raise CheckFailure(f"{self._name} is not implemented yet (it raised NotImplementedError)")
+            if err["type"] == "ForbiddenCall":
+                raise CheckFailure(f"{call}: {_clip(err['message'], 300)}")
+            detail = _clip(err["message"], 500)
+            tb = err.get("traceback") or ""
+            if 'File "' in tb:  # the student's frames: where it went wrong
+                run.call_output.append(_clip(tb, 4000))
+            if ref_exc is not None:
+                raise CheckFailure(f"{call} raised {err['type']}: {detail} (it should raise {type(ref_exc).__name__})")
+            if not check.compare:
+                for name in err["mro"]:
+                    cls = getattr(builtins, name, None)
+                    if isinstance(cls, type) and issubclass(cls, Exception):
+                        raise cls(f"{call} raised {err['type']}: {detail}")
+            raise CheckFailure(f"{call} raised {err['type']}: {detail}")
+        try:
+            value = to_python(outcome.value)
+        except (ProtocolError, ValueError, TypeError) as exc:
+            raise CheckFailure(f"{call} returned data the grader cannot read ({exc})") from None
+        if check.compare:
+            if ref_exc is not None:
+                raise CheckFailure(f"{call} returned {describe(value)}, but should raise {type(ref_exc).__name__}")
+            msg = compare_values(ref_value, value, rtol=check.rtol, atol=check.atol, hidden=check.hidden)
+            if msg:
+                raise CheckFailure(f"{call}: {msg}")
+        return value
+
+    def _limit_text(self) -> str:
+        return f"{self._check.timeout:g} s per check"
+
+
+def _assert_message(exc: AssertionError, check: Check) -> str:
+    msg = str(exc).strip()
+    if check.hidden:
+        return "a hidden check failed" + (f": {_clip(msg, 500)}" if msg else "")
+    line = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == f"<check {check.id}>":
+            lines = check.source.splitlines()
+            if 0 < frame.lineno <= len(lines):
+                line = lines[frame.lineno - 1].strip()
+            break
+    text = "assertion failed" + (f": {line}" if line else "")
+    return text + (f" ({_clip(msg, 500)})" if msg else "")
+
+
+def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) -> dict:
+    limit = check.timeout if check_timeout is None else min(check.timeout, check_timeout)
+    deadline = [run.deadline]
+    run.call_output, run.dropped = [], 0
+    assignment, ref = run.assignment, run.reference
+    ns = dict(ref.base)
+    check_obj = check
+    if check_timeout is not None and check_timeout < check.timeout:
+        from dataclasses import replace
+
+        check_obj = replace(check, timeout=limit)
+    for exercise in assignment.exercises:
+        for name in exercise.functions:
+            if exercise.id == check.exercise:
+                ns[name] = StudentFunction(run, check_obj, name, ref.functions[name], deadline)
+            else:
+                ns[name] = ref.functions[name]
+    _seed_everything(seed)
+    passed, message = False, ""
+    try:
+        if time.monotonic() >= run.deadline:
+            raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
+        if run.crashes.get(check.exercise, 0) >= MAX_CRASHES_PER_EXERCISE:
+            raise CheckFailure(
+                f"not run: your code for this exercise timed out or stopped the sandbox {MAX_CRASHES_PER_EXERCISE} times (see the checks above)"
+            )
+        run.ensure_sandbox()
+        deadline[0] = min(time.monotonic() + limit, run.deadline)  # starting the sandbox is not the check's time
+        exec(compile(check.source, f"<check {check.id}>", "exec"), ns)  # noqa: S102 - instructor code
+        passed, message = True, "passed"
+    except CheckFailure as exc:
+        message = str(exc)
+    except _Lost as exc:
+        message = exc.lost.reason
+        run.drop_sandbox()
+    except AssertionError as exc:
+        message = _assert_message(exc, check)
+    except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
+        message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
+    output = "".join(run.call_output)
+    if run.dropped:
+        output += f"\n[... {run.dropped} more bytes of output not kept]"
+    return {
+        "id": check.id,
+        "exercise": check.exercise,
+        "hidden": check.hidden,
+        "points": check.points if passed else 0,
+        "max_points": check.points,
+        "passed": passed,
+        "message": _clip(message),
+        "output": output,
+    }
+
+
+def grade_answers(
+    assignment: Assignment,
+    reference: Reference,
+    answers: dict[str, str | None],
+    *,
+    mode: str,
+    limits: SandboxLimits | None = None,
+    timeout: float = 300.0,
+    check_timeout: float | None = None,
+) -> dict:
+    """Grade one submission's answer cells (``answers``: answer key -> source, None when missing)."""
+    start = time.monotonic()
+    states = {}
+    for a in assignment.answers:
+        src = answers.get(a.key)
+        found = src is not None
+        states[a.key] = _AnswerState(
+            a.key, a.exercise, found, _ipython_to_python(src) if found else None, "not run" if found else "missing"
+        )
+    default_timeout = max((c.timeout for c in assignment.checks), default=10.0)
+    answer_timeout = default_timeout if check_timeout is None else min(default_timeout, check_timeout)
+    run = _Run(assignment, reference, mode, limits or SandboxLimits(), states, start + timeout, answer_timeout)
+    seeds = seeds_for(assignment, answers)
+    results = []
+    try:
+        for check in assignment.checks:
+            results.append(_run_check(run, check, seeds[check.id], check_timeout))
+    finally:
+        run.drop_sandbox()
+    return {
+        "points": sum(r["points"] for r in results),
+        "max_points": assignment.max_points,
+        "checks": results,
+        "answers": [
+            {"cell": s.key, "exercise": s.exercise, "found": s.found, "status": s.status, "output": s.output}
+            for s in states.values()
+        ],
+        "warnings": run.warnings,
+        "sandbox_starts": run.starts,
+    }
+
+
+def main() -> int:
+    """JSON lines on stdin/stdout: ``{"op": "grade", ...}`` -> ``{"ok": true, "result": {...}}``."""
+    proto_out = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # prints from check code must not mix with the protocol
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    become_subreaper()
+    import torch
+
+    torch.set_num_threads(1)
+    cache: dict[tuple[str, str], tuple[Assignment, Reference]] = {}
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        if req.get("op") == "exit":
+            break
+        try:
+            path = str(Path(req["solution"]).resolve())
+            assignment = load_assignment(path)
+            key = (path, assignment.digest)
+            if key not in cache:
+                cache[key] = (assignment, Reference(assignment))
+            assignment, reference = cache[key]
+            limits = SandboxLimits(**req.get("limits", {}))
+            result = grade_answers(
+                assignment,
+                reference,
+                req["answers"],
+                mode=req["mode"],
+                limits=limits,
+                timeout=float(req["timeout"]),
+                check_timeout=req.get("check_timeout"),
+            )
+            reply = {"ok": True, "result": result}
+        except Exception as exc:  # noqa: BLE001 - reported as this submission's error
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+        proto_out.write(json.dumps(reply) + "\n")
+        proto_out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

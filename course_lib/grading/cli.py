@@ -1,0 +1,70 @@
+"""The ``course release`` and ``course grade`` subcommands."""
+
+from __future__ import annotations
+
+import sys
+
+from . import release as _release
+
+__all__ = ["register"]
+
+
+def _grade_cmd(args) -> int:
+    from .grade import GradeError, grade_files
+    from .sandbox import SandboxLimits
+
+    limits = SandboxLimits()
+    if args.memory_mb:
+        limits.memory_mb = args.memory_mb
+    try:
+        rows = grade_files(
+            args.submissions,
+            args.out,
+            assignment=args.assignment,
+            jobs=args.jobs,
+            timeout=args.timeout,
+            check_timeout=args.check_timeout,
+            solutions=args.solutions,
+            sandbox=args.sandbox,
+            limits=limits,
+        )
+    except GradeError as exc:
+        print(f"course grade: {exc}", file=sys.stderr)
+        return 1
+    graded = sum(r["status"] == "graded" for r in rows)
+    print(f"graded {graded} of {len(rows)} submission(s); results in {args.out}/grades.csv")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+def register(sub) -> None:
+    _release.register(sub)
+    p = sub.add_parser(
+        "grade",
+        help="grade submitted exercise notebooks",
+        description="Grade submitted notebooks against the instructor's solutions/NN_topic.ipynb. Writes "
+        "DIR/grades.csv and DIR/<stem>/report.{json,md}; exits 0 when every submission got a row.",
+    )
+    p.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for grades.csv and the reports")
+    p.add_argument("--assignment", metavar="NN_topic", help="default: read from each notebook's metadata")
+    p.add_argument("--jobs", type=_positive_int, default=1, metavar="N", help="submissions graded in parallel (default 1)")
+    p.add_argument("--timeout", type=_positive_float, default=300.0, metavar="SECONDS", help="wall time per submission (default 300)")
+    p.add_argument("--check-timeout", type=_positive_float, default=None, metavar="SECONDS", help="cap on each check's wall time (default: the solution's, 10 s)")
+    p.add_argument("--memory-mb", type=_positive_int, default=None, help="address-space limit of the student's process (default 2048)")
+    p.add_argument("--solutions", metavar="DIR", help="folder of solution notebooks (default: solutions/ of the course checkout)")
+    p.add_argument("--sandbox", choices=["auto", "bwrap", "none"], default=None, help="auto (default; also $COURSE_GRADER_SANDBOX): bubblewrap when it works")
+    p.set_defaults(func=_grade_cmd)

@@ -1,0 +1,394 @@
+"""``course grade``: grade a batch of submitted notebooks.
+
+The main process reads each submission (size-limited, plain JSON parsing: nothing in it is
+executed or trusted), picks its answer cells by cell id, and hands them to a pool of
+checker processes (``--jobs``), each of which grades one submission at a time in its own
+sandbox. Results are written per submission (``DIR/<stem>/report.json`` and
+``report.md``) and for the batch (``DIR/grades.csv``, in the order given). A submission
+that cannot be graded gets a row with ``status = "error: <reason>"``; the exit code is
+non-zero only when the grader itself cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import Queue
+
+from .format import META, Assignment, FormatError, cell_source, load_assignment
+from .report import format_points, write_grades_csv, write_report
+from .sandbox import SandboxLimits, choose_mode
+
+__all__ = ["GradeError", "Submission", "read_submission", "solutions_dir", "grade_files", "MAX_NOTEBOOK_BYTES"]
+
+MAX_NOTEBOOK_BYTES = 25 * 2**20
+CHECKER_SLACK = 90.0  # seconds a checker may take beyond the submission's time limit
+
+
+class GradeError(RuntimeError):
+    """The grader itself cannot run (unknown assignment, unwritable output folder, ...)."""
+
+
+@dataclass
+class Submission:
+    path: str
+    assignment: str | None = None  # from the notebook's metadata
+    by_id: dict[str, str] = field(default_factory=dict)  # code cell id -> source
+    by_marker: dict[str, str] = field(default_factory=dict)  # metadata course.answer -> source (last wins)
+    error: str | None = None
+
+    def answers_for(self, assignment: Assignment) -> dict[str, str | None]:
+        out = {}
+        for a in assignment.answers:
+            out[a.key] = self.by_id.get(a.key, self.by_marker.get(a.key))
+        return out
+
+
+def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submission:
+    """Parse a submitted file as data; any problem becomes ``Submission.error``."""
+    sub = Submission(path)
+    p = Path(path)
+    try:
+        if not p.exists():
+            sub.error = "file not found"
+            return sub
+        if not p.is_file():
+            sub.error = "not a file"
+            return sub
+        size = p.stat().st_size
+        if size == 0:
+            sub.error = "empty file"
+            return sub
+        if size > max_bytes:
+            sub.error = f"file too large ({size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:g} MB)"
+            return sub
+        with open(p, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as exc:
+        sub.error = f"cannot read the file ({exc.strerror or exc})"
+        return sub
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        sub.error = "not a notebook (not UTF-8 text)"
+        return sub
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as exc:
+        sub.error = f"not a notebook (invalid JSON: {exc.msg} at line {exc.lineno})"
+        return sub
+    except (ValueError, RecursionError):
+        sub.error = "not a notebook (invalid or too deeply nested JSON)"
+        return sub
+    if not isinstance(nb, dict):
+        sub.error = f"not a notebook (the JSON is a {type(nb).__name__}, not an object)"
+        return sub
+    nbformat = nb.get("nbformat")
+    if isinstance(nbformat, bool) or not isinstance(nbformat, int):
+        sub.error = "not a Jupyter notebook (no nbformat version)"
+        return sub
+    if nbformat != 4:
+        sub.error = (
+            f"nbformat {nbformat} notebook: only nbformat 4 is graded; open it in Jupyter and save it again"
+            if nbformat < 4
+            else f"nbformat {nbformat} is not supported (only nbformat 4)"
+        )
+        return sub
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        sub.error = "not a notebook (no list of cells)"
+        return sub
+    meta = nb.get("metadata")
+    course = meta.get(META) if isinstance(meta, dict) else None
+    if isinstance(course, dict) and isinstance(course.get("assignment"), str):
+        sub.assignment = course["assignment"][:200]
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = cell.get("source", "")
+        if isinstance(src, list) and all(isinstance(s, str) for s in src):
+            src = "".join(src)
+        if not isinstance(src, str):
+            continue
+        cid = cell.get("id")
+        if isinstance(cid, str) and cid not in sub.by_id:
+            sub.by_id[cid] = src
+        cmeta = cell.get("metadata")
+        marker = cmeta.get(META) if isinstance(cmeta, dict) else None
+        if isinstance(marker, dict) and isinstance(marker.get("answer"), str):
+            sub.by_marker[marker["answer"]] = src
+    return sub
+
+
+def solutions_dir(explicit: str | os.PathLike | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("COURSE_SOLUTIONS"):
+        return Path(os.environ["COURSE_SOLUTIONS"])
+    from ..book import project_root
+
+    try:
+        return project_root() / "solutions"
+    except FileNotFoundError:
+        return Path("solutions")
+
+
+class _Checker:
+    """One checker process (``python -m course_lib.grading.checker``)."""
+
+    def __init__(self):
+        self.log = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "course_lib.grading.checker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env=env,
+            start_new_session=True,
+        )
+        self.buf = bytearray()
+
+    def grade(self, request: dict, timeout: float) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise RuntimeError(self._died()) from None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.close()
+                raise RuntimeError(f"the grader's checker did not finish within {timeout:.0f} s")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise RuntimeError(self._died())
+                self.buf += chunk
+        nl = self.buf.index(b"\n")
+        line = bytes(self.buf[:nl])
+        del self.buf[: nl + 1]
+        return json.loads(line)
+
+    def _died(self) -> str:
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log.seek(0)
+        tail = self.log.read()[-1500:].decode(errors="replace").strip().splitlines()
+        return f"the grader's checker process ended unexpectedly ({tail[-1] if tail else self.proc.returncode})"
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                try:
+                    self.proc.stdin.write(b'{"op": "exit"}\n')
+                    self.proc.stdin.flush()
+                    self.proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        for f in (self.proc.stdin, self.proc.stdout, self.log):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def _safe_stem(path: str) -> str:
+    stem = Path(path).stem
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem)[:100]
+    return "_" if stem in ("", ".", "..") else stem
+
+
+def _report_folders(paths: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for p in paths:
+        stem = _safe_stem(p)
+        n = seen.get(stem.lower(), 0) + 1
+        seen[stem.lower()] = n
+        out.append(stem if n == 1 else f"{stem}__{n}")
+    return out
+
+
+def grade_files(
+    paths: list[str],
+    out_dir: str | os.PathLike,
+    *,
+    assignment: str | None = None,
+    jobs: int = 1,
+    timeout: float = 300.0,
+    check_timeout: float | None = None,
+    solutions: str | os.PathLike | None = None,
+    sandbox: str | None = None,
+    limits: SandboxLimits | None = None,
+    log=None,
+) -> list[dict]:
+    """Grade ``paths`` into ``out_dir``; returns the rows of grades.csv. Raises :class:`GradeError`."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    sol_dir = solutions_dir(solutions)
+    cache: dict[str, Assignment | None] = {}
+
+    def get_assignment(name: str) -> Assignment | None:
+        if name not in cache:
+            path = sol_dir / f"{name}.ipynb"
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.startswith(".") or not path.is_file():
+                cache[name] = None
+            else:
+                cache[name] = load_assignment(path)  # FormatError: the grader cannot run
+        return cache[name]
+
+    if assignment is not None:
+        assignment = assignment.removesuffix(".ipynb")
+        try:
+            if get_assignment(assignment) is None:
+                known = sorted(p.stem for p in sol_dir.glob("*.ipynb")) if sol_dir.is_dir() else []
+                raise GradeError(f"unknown assignment {assignment!r}: no {sol_dir / (assignment + '.ipynb')} (known: {', '.join(known) or 'none'})")
+        except FormatError as exc:
+            raise GradeError(str(exc)) from None
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise GradeError(f"cannot write to the output folder {out}: {exc.strerror or exc}") from None
+    try:
+        mode, warning = choose_mode(sandbox)
+    except RuntimeError as exc:
+        raise GradeError(str(exc)) from None
+    if warning:
+        log(f"warning: {warning}")
+    limits = limits or SandboxLimits()
+
+    folders = _report_folders(paths)
+    rows: list[dict] = [{} for _ in paths]
+    reports: list[dict] = [{} for _ in paths]
+    todo = []
+    for i, path in enumerate(paths):
+        sub = read_submission(path)
+        name = assignment or sub.assignment
+        base = {"submission": path, "assignment": name, "points": 0, "max_points": 0, "status": "graded"}
+        asg, error = None, sub.error
+        if name is not None:
+            try:
+                asg = get_assignment(name)
+            except FormatError as exc:  # only for names from metadata: --assignment was checked above
+                cache[name] = None
+                error = error or f"the solution notebook of assignment {name!r} is invalid ({len(exc.problems)} problems)"
+        if error is None:
+            if name is None:
+                error = "cannot tell which assignment this is (no course.assignment in the notebook's metadata; pass --assignment)"
+            elif asg is None:
+                error = f"unknown assignment {name!r} in the notebook's metadata"
+            elif assignment is not None and sub.assignment not in (None, assignment):
+                error = f"this notebook is for assignment {sub.assignment!r}, not {assignment!r}"
+        if asg is not None:
+            base["max_points"] = asg.max_points
+        answers = sub.answers_for(asg) if asg is not None and error is None else {}
+        if error is None and not any(v is not None for v in answers.values()):
+            error = f"no answer cells of {asg.name} found (submit the exercise notebook you were given, with its answer cells)"
+        if error is not None:
+            base["status"] = f"error: {error}"
+            log(f"{path}: {base['status']}")
+            rows[i] = base
+            reports[i] = {**base, "checks": [], "answers": [], "warnings": [warning] if warning else []}
+            continue
+        todo.append((i, asg, answers, base))
+
+    checkers: Queue = Queue()
+    n_checkers = max(1, min(jobs, len(todo)))
+    created: list[_Checker] = []
+    lock = threading.Lock()
+
+    def take_checker() -> _Checker:
+        with lock:
+            if checkers.empty() and len(created) < n_checkers:
+                c = _Checker()
+                created.append(c)
+                return c
+        return checkers.get()
+
+    def grade_one(item):
+        i, asg, answers, base = item
+        request = {
+            "op": "grade",
+            "solution": str(asg.path),
+            "answers": answers,
+            "mode": mode,
+            "timeout": timeout,
+            "check_timeout": check_timeout,
+            "limits": vars(limits),
+        }
+        reply, err = None, None
+        for attempt in range(2):
+            checker = take_checker()
+            try:
+                reply = checker.grade(request, timeout + CHECKER_SLACK)
+            except RuntimeError as exc:
+                err = str(exc)
+                checker.close()
+                with lock:
+                    created.remove(checker)
+                continue
+            checkers.put(checker)
+            break
+        if reply is not None and reply.get("ok"):
+            result = reply["result"]
+            row = {**base, "points": result["points"], "max_points": result["max_points"]}
+            report = {**row, **result, "sandbox": mode}
+            report["warnings"] = ([warning] if warning else []) + result["warnings"]
+            report.pop("sandbox_starts", None)
+        else:
+            reason = (reply or {}).get("error") or err or "unknown grader failure"
+            row = {**base, "status": f"error: grader failure: {reason}"}
+            report = {**row, "checks": [], "answers": [], "warnings": [warning] if warning else []}
+        rows[i] = row
+        reports[i] = report
+        log(f"{base['submission']}: {format_points(row['points'])}/{format_points(row['max_points'])} {row['status']}")
+
+    try:
+        with ThreadPoolExecutor(max_workers=n_checkers) as pool:
+            list(pool.map(grade_one, todo))
+    finally:
+        for c in created:
+            c.close()
+
+    for i, path in enumerate(paths):
+        row = rows[i]
+        row["status"] = " ".join(str(row["status"]).split())[:500]
+        report = {
+            "submission": path,
+            "assignment": row["assignment"],
+            "points": row["points"],
+            "max_points": row["max_points"],
+            "status": row["status"],
+            **{k: v for k, v in reports[i].items() if k not in ("submission", "assignment", "points", "max_points", "status")},
+        }
+        asg = cache.get(row["assignment"]) if row["assignment"] else None
+        titles = {e.id: e.title for e in asg.exercises} if asg else {}
+        write_report(out / folders[i], report, titles)
+    write_grades_csv(out / "grades.csv", rows)
+    return rows

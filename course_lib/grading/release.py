@@ -1,0 +1,221 @@
+"""``course release``: make the students' ``exercises/NN_topic.ipynb`` from ``solutions/NN_topic.ipynb``.
+
+The output is a pure function of the solution notebook (same input, same bytes):
+
+* answer cells become stubs: their imports, and each public function's signature and
+  docstring with a body that raises ``NotImplementedError`` (or the cell's explicit
+  ``course.stub``);
+* hidden checks and ``solution-only`` cells are removed;
+* all outputs and execution counts are cleared; cell metadata keeps only tags and the
+  ``course`` entry (answer cells get ``course.answer``, the key the grader looks for);
+* a note on how the notebook is graded is inserted after the set-up cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import sys
+from pathlib import Path
+
+from .format import (
+    ANSWER_TAG,
+    GENERATED_TAG,
+    HIDDEN_CHECK_TAG,
+    META,
+    SOLUTION_ONLY_TAG,
+    Assignment,
+    FormatError,
+    cell_source,
+    parse_assignment,
+)
+
+__all__ = ["make_stub", "release_notebook", "release", "GRADING_NOTE"]
+
+GRADING_NOTE = """\
+**How this notebook is graded.** Each exercise has answer cells (tagged `answer`, with a
+`raise NotImplementedError`): replace the stubs there with your code, keeping the function
+names and signatures. Only the answer cells are graded: code you put in other cells is
+ignored, and so are the outputs you save. Your functions may use `torch` and the Python
+standard library, not `course_lib`{forbid}. The check cells below each answer are the
+visible checks: run them to test your work (or run `pytest --nbval-lax` on this
+notebook). The grader runs them too, compares every result with the reference solution,
+and adds hidden checks on inputs you have not seen (other sizes, masks and padding)."""
+
+
+def _function_stub(node: ast.FunctionDef, lines: list[str], message: str) -> list[str]:
+    first = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+    body0 = node.body[0]
+    indent = " " * body0.col_offset
+    has_doc = isinstance(body0, ast.Expr) and isinstance(getattr(body0, "value", None), ast.Constant) and isinstance(body0.value.value, str)
+    if body0.lineno == node.lineno:  # one-line def: rebuild the header
+        header = ast.unparse(ast.FunctionDef(node.name, node.args, [ast.Pass()], node.decorator_list, node.returns, None, [])).splitlines()
+        header = [h for h in header if h.strip() != "pass"]
+        return header + [f"    raise NotImplementedError({message!r})"]
+    out = lines[first : body0.lineno - 1]
+    if has_doc:
+        out += lines[body0.lineno - 1 : body0.end_lineno]
+    out.append(f"{indent}raise NotImplementedError({message!r})")
+    return out
+
+
+def make_stub(source: str, *, exercise_title: str) -> str:
+    """The released form of an answer cell: imports, then each public function's
+    signature and docstring with a body that raises ``NotImplementedError``."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    out = ["# YOUR ANSWER: replace each `raise NotImplementedError(...)` with your code."]
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out += lines[node.lineno - 1 : node.end_lineno]
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            if out and out[-1] != "":
+                out += ["", ""] if len(out) > 1 else [""]
+            message = f"exercise {exercise_title!r}: write {node.name}() here (see the instructions above)"
+            out += _function_stub(node, lines, message)
+    return "\n".join(out).rstrip()
+
+
+def _clean_metadata(cell: dict, extra: dict | None = None) -> dict:
+    meta = cell.get("metadata", {})
+    out = {}
+    if meta.get("tags"):
+        out["tags"] = list(meta["tags"])
+    course = dict(meta.get(META, {})) if isinstance(meta.get(META), dict) else {}
+    course.pop("stub", None)
+    if extra:
+        course.update(extra)
+    if course:
+        out[META] = course
+    return out
+
+
+def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
+    """Validate the solution notebook ``nb`` and return ``(exercise notebook, assignment)``."""
+    assignment = parse_assignment(nb, path)
+    answers = {a.key: a for a in assignment.answers}
+    titles = {e.id: e.title for e in assignment.exercises}
+    cells = []
+    setup_seen = False
+    for cell in nb["cells"]:
+        tags = cell.get("metadata", {}).get("tags", []) or []
+        if HIDDEN_CHECK_TAG in tags or SOLUTION_ONLY_TAG in tags or GENERATED_TAG in tags:
+            continue
+        new = {"cell_type": cell["cell_type"], "id": cell.get("id"), "metadata": _clean_metadata(cell), "source": cell_source(cell)}
+        if new["id"] is None:
+            del new["id"]
+        if cell["cell_type"] == "code":
+            new["execution_count"] = None
+            new["outputs"] = []
+            if ANSWER_TAG in tags:
+                a = answers[cell["id"]]
+                new["source"] = a.stub if a.stub is not None else make_stub(a.source, exercise_title=titles[a.exercise])
+                new["metadata"] = _clean_metadata(cell, {"answer": a.key, "exercise": a.exercise})
+        elif cell["cell_type"] in ("markdown", "raw") and cell.get("attachments"):
+            new["attachments"] = copy.deepcopy(cell["attachments"])
+        cells.append(new)
+        if cell["cell_type"] == "code" and not setup_seen:
+            setup_seen = True
+            forbid = ""
+            if assignment.forbid:
+                forbid = ", nor " + ", ".join(f"`{f}`" for f in assignment.forbid)
+            cells.append(
+                {
+                    "cell_type": "markdown",
+                    "id": "course-grading-note",
+                    "metadata": {"tags": [GENERATED_TAG]},
+                    "source": GRADING_NOTE.format(forbid=forbid),
+                }
+            )
+    meta = nb.get("metadata", {})
+    course = {"assignment": assignment.name, "title": assignment.title}
+    if assignment.forbid:
+        course["forbid"] = list(assignment.forbid)
+    new_meta = {META: course}
+    if "kernelspec" in meta:
+        new_meta["kernelspec"] = meta["kernelspec"]
+    lang = meta.get("language_info", {}).get("name")
+    if lang:
+        new_meta["language_info"] = {"name": lang}
+    out = {"cells": cells, "metadata": new_meta, "nbformat": 4, "nbformat_minor": max(5, int(nb.get("nbformat_minor", 5)))}
+    return out, assignment
+
+
+def dumps_notebook(nb: dict) -> str:
+    """Deterministic text, formatted as Jupyter writes it (nbformat: indent 1, sorted keys, line lists)."""
+    import nbformat
+
+    node = nbformat.from_dict(nb)
+    nbformat.validate(node)
+    text = nbformat.writes(node, version=4)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def release(solution: Path | str, exercises_dir: Path | str, *, check: bool = False) -> tuple[Path, bool]:
+    """Write (or with ``check`` only compare) the exercise notebook; returns ``(path, up_to_date)``."""
+    solution = Path(solution)
+    raw = solution.read_bytes()
+    try:
+        nb = json.loads(raw)
+    except ValueError as exc:
+        raise FormatError(str(solution), [f"not valid JSON: {exc}"]) from None
+    exercise_nb, _ = release_notebook(nb, solution)
+    text = dumps_notebook(exercise_nb)
+    target = Path(exercises_dir) / solution.name
+    current = target.read_text(encoding="utf-8") if target.exists() else None
+    if current == text:
+        return target, True
+    if not check:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return target, False
+
+
+def _cmd(args) -> int:
+    from ..book import project_root
+
+    try:
+        root = project_root()
+    except FileNotFoundError:
+        root = Path.cwd()
+    sol_dir = Path(args.solutions) if args.solutions else root / "solutions"
+    ex_dir = Path(args.exercises) if args.exercises else root / "exercises"
+    names = list(args.names)
+    if args.all:
+        names += sorted(p.stem for p in sol_dir.glob("*.ipynb"))
+    if not names:
+        print("course release: name the assignments (e.g. 02_transformer) or pass --all", file=sys.stderr)
+        return 2
+    status = 0
+    for name in dict.fromkeys(names):
+        path = Path(name)
+        if path.suffix != ".ipynb" or not path.exists():
+            path = sol_dir / f"{Path(name).stem}.ipynb"
+        if not path.exists():
+            print(f"course release: no solution notebook {path}", file=sys.stderr)
+            status = 1
+            continue
+        try:
+            target, fresh = release(path, ex_dir, check=args.check)
+        except FormatError as exc:
+            print(str(exc), file=sys.stderr)
+            status = 1
+            continue
+        if args.check:
+            print(f"{target}: {'up to date' if fresh else 'OUT OF DATE (run course release)'}")
+            status |= 0 if fresh else 1
+        else:
+            print(f"{target}: {'unchanged' if fresh else 'written'}")
+    return status
+
+
+def register(sub) -> None:
+    p = sub.add_parser("release", help="generate the students' exercise notebooks from the solutions")
+    p.add_argument("names", nargs="*", help="assignments (02_transformer) or solution notebooks")
+    p.add_argument("--all", action="store_true", help="every notebook in the solutions folder")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if an exercise notebook is out of date")
+    p.add_argument("--solutions", help="folder of solution notebooks (default: solutions/)")
+    p.add_argument("--exercises", help="folder for the exercise notebooks (default: exercises/)")
+    p.set_defaults(func=_cmd)

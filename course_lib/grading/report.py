@@ -1,0 +1,122 @@
+"""Write ``grades.csv``, ``report.json`` and ``report.md``.
+
+Everything a student's code produced (printed text, exception messages, tracebacks) is
+shown in ``report.md`` only inside code blocks whose fence is longer than any run of
+backticks in the text, with control characters (terminal escapes, carriage returns)
+replaced by visible escapes, so it cannot format, link, or hide anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+__all__ = ["format_points", "sanitize", "code_block", "render_markdown", "write_atomic", "write_report", "write_grades_csv", "CSV_HEADER"]
+
+CSV_HEADER = ["submission", "assignment", "points", "max_points", "status"]
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def format_points(value) -> str:
+    value = float(value or 0)
+    return str(int(value)) if value.is_integer() else f"{value:g}"
+
+
+def sanitize(text: str) -> str:
+    """Control and bidirectional characters -> ``\\xNN`` / ``\\uNNNN`` escapes; CRLF -> LF."""
+    text = str(text).replace("\r\n", "\n")
+
+    def esc(m):
+        c = m.group(0)
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _CONTROL.sub(esc, text)
+
+
+def code_block(text: str) -> str:
+    text = sanitize(text).rstrip("\n")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _inline(text: str) -> str:
+    text = sanitize(text).replace("\n", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
+    """The student's feedback: totals, then each exercise's checks, what failed and why."""
+    titles = titles or {}
+    lines = [f"# Feedback: {_inline(report['submission'])}", ""]
+    lines.append(f"Assignment: **{report['assignment'] or 'unknown'}**  ")
+    lines.append(f"Score: **{format_points(report['points'])} / {format_points(report['max_points'])}**")
+    lines.append("")
+    if report["status"] != "graded":
+        lines += ["The grader could not grade this file:", "", code_block(report["status"]), ""]
+        return "\n".join(lines) + "\n"
+    for w in report.get("warnings", []):
+        lines += [f"> Note: {sanitize(w)}", ""]
+    answers = {a["exercise"]: [] for a in report.get("answers", [])}
+    for a in report.get("answers", []):
+        answers[a["exercise"]].append(a)
+    by_exercise: dict[str, list[dict]] = {}
+    for c in report["checks"]:
+        by_exercise.setdefault(c["exercise"], []).append(c)
+    for ex, checks in by_exercise.items():
+        got = sum(c["points"] for c in checks)
+        total = sum(c["max_points"] for c in checks)
+        lines += [f"## {titles.get(ex, ex)} ({format_points(got)} / {format_points(total)})", ""]
+        for a in answers.get(ex, []):
+            if a["status"] != "ok":
+                lines += [f"Answer cell `{a['cell']}`:", "", code_block(a["status"]), ""]
+            if a.get("output"):
+                lines += [f"Output of answer cell `{a['cell']}`:", "", code_block(a["output"]), ""]
+        for c in checks:
+            kind = "hidden check" if c["hidden"] else "check"
+            mark = "passed" if c["passed"] else "FAILED"
+            lines.append(f"- **{mark}**: {kind} `{c['id']}` ({format_points(c['points'])} / {format_points(c['max_points'])})")
+            if not c["passed"]:
+                lines += ["", code_block(c["message"])]
+            if c.get("output"):
+                lines += ["", "  What your code printed:", "", code_block(c["output"])]
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(folder: Path, report: dict, titles: dict[str, str] | None = None) -> None:
+    write_atomic(folder / "report.json", json.dumps(report, indent=1, sort_keys=False, ensure_ascii=False) + "\n")
+    write_atomic(folder / "report.md", render_markdown(report, titles))
+
+
+def write_grades_csv(path: Path, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    for r in rows:
+        writer.writerow(
+            [r["submission"], r["assignment"] or "", format_points(r["points"]), format_points(r["max_points"]), r["status"]]
+        )
+    write_atomic(path, buf.getvalue())

@@ -1,0 +1,574 @@
+"""Run student code in a separate, limited process: bubblewrap where it works, else rlimits.
+
+One :class:`Sandbox` is one Python process running ``sandbox_worker.py`` for one
+submission. The checker sends it requests (run this answer cell, call this function with
+these arguments) and waits for each answer with a deadline; what the student prints is
+read from a separate pipe and kept up to a limit.
+
+Isolation, with bubblewrap (``mode="bwrap"``):
+
+* a new mount namespace that holds only the system directories, the Python installation
+  and the directories torch is imported from, all read-only, and an empty size-limited
+  tmpfs as working directory: no solutions, no other submissions, no grade folder;
+* new network (no network at all), PID, IPC and UTS namespaces; the sandbox dies with
+  the checker (``--die-with-parent``), and killing it ends every process inside;
+* when the grader runs as root, the student code runs under a fresh unprivileged uid
+  (after the worker imported torch), so that the process limit applies and nothing it
+  starts can signal the grader.
+
+Both modes set rlimits in the worker before student code runs: address space (memory),
+number of processes, file size, open files, CPU time, no core files; and the checker
+enforces wall-clock deadlines, kills the whole process group on a timeout, and (as root)
+kills every process left under the sandbox's uid. Without bubblewrap (``mode="none"``) the
+student code can read what the grading user can read and can reach the network: the
+grader says so in a warning.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .wire import MAX_LINE, ProtocolError, parse_response
+
+__all__ = [
+    "SandboxLimits",
+    "Sandbox",
+    "SandboxLost",
+    "Outcome",
+    "bwrap_status",
+    "choose_mode",
+    "FALLBACK_WARNING",
+]
+
+WORKER = Path(__file__).with_name("sandbox_worker.py")
+OUTPUT_KEEP = 8192  # bytes of printed output kept per request
+PRELOAD = [
+    "torch", "torch.nn", "torch.nn.functional", "numpy", "math", "cmath", "random", "itertools",
+    "functools", "collections", "dataclasses", "typing", "copy", "operator", "string", "re", "json",
+    "time", "warnings", "traceback", "statistics", "fractions", "decimal", "textwrap", "enum",
+    "contextlib", "inspect", "subprocess", "threading", "signal", "heapq", "bisect", "struct",
+]  # fmt: skip
+FALLBACK_WARNING = (
+    "bubblewrap (bwrap) is not usable here{reason}: student code runs in a separate process with "
+    "resource limits only. It can read any file the grading user can read and can use the network. "
+    "Install bubblewrap (e.g. `apt-get install bubblewrap`) for a real sandbox."
+)
+
+
+@dataclass
+class SandboxLimits:
+    memory_mb: int = 2048  # address space of the student's process (torch alone maps ~0.6 GB)
+    nproc: int = 32  # processes and threads under the sandbox's uid
+    fsize_mb: int = 16  # largest file it may write
+    tmpfs_mb: int = 64  # the sandbox's /tmp (bubblewrap only)
+    nofile: int = 256
+    cpu_s: int = 600  # CPU seconds of the process (a backstop; wall-clock deadlines come first)
+
+
+class SandboxLost(Exception):
+    """The sandbox stopped answering: timeout, process ended, or a broken response."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind  # "timeout" | "exit" | "protocol" | "start"
+        self.reason = reason
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    value: dict | None = None  # schema-valid encoded value (ok)
+    error: dict | None = None  # {"type", "mro", "message", "traceback"} (not ok)
+    output: str = ""
+    output_dropped: int = 0
+
+
+_BWRAP_CACHE: dict[str, tuple[bool, str]] = {}
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """Whether bubblewrap works here with the options the sandbox needs: ``(ok, reason)``."""
+    if "status" in _BWRAP_CACHE:
+        return _BWRAP_CACHE["status"]
+    exe = shutil.which("bwrap")
+    if exe is None:
+        result = (False, "bwrap is not installed")
+    else:
+        cmd = _bwrap_prefix(exe, tmpfs_mb=1) + ["--", "/bin/true" if os.path.exists("/bin/true") else "true"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=20)
+            ok = proc.returncode == 0
+            result = (ok, "" if ok else proc.stderr.decode(errors="replace").strip()[:300] or f"exit status {proc.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            result = (False, str(exc))
+    _BWRAP_CACHE["status"] = result
+    return result
+
+
+def choose_mode(requested: str | None = None) -> tuple[str, str | None]:
+    """``requested``: "auto" (default; also ``$COURSE_GRADER_SANDBOX``), "bwrap" or "none".
+
+    Returns ``(mode, warning or None)``; raises RuntimeError when bwrap is required but unusable.
+    """
+    requested = (requested or os.environ.get("COURSE_GRADER_SANDBOX") or "auto").lower()
+    if requested not in ("auto", "bwrap", "none"):
+        raise RuntimeError(f"unknown sandbox {requested!r}: use auto, bwrap or none")
+    if requested == "none":
+        return "none", FALLBACK_WARNING.format(reason=" (turned off: --sandbox none / COURSE_GRADER_SANDBOX=none)")
+    ok, reason = bwrap_status()
+    if ok:
+        return "bwrap", None
+    if requested == "bwrap":
+        raise RuntimeError(f"--sandbox bwrap was requested but bubblewrap does not work here: {reason}")
+    return "none", FALLBACK_WARNING.format(reason=f" ({reason})")
+
+
+def _python_paths() -> list[str]:
+    """The import path for the worker: the standard library and site directories, minus any
+    folder that holds course_lib's sources (an editable checkout, a PYTHONPATH entry)."""
+    paths: list[str] = []
+    cwd = os.path.realpath(os.getcwd())
+    for entry in sys.path:
+        if not entry or not os.path.exists(entry):
+            continue
+        real = os.path.realpath(entry)
+        is_site = "site-packages" in real or "dist-packages" in real
+        if not is_site and (real == cwd or os.path.isdir(os.path.join(real, "course_lib"))):
+            continue
+        if real not in paths:
+            paths.append(real)
+    return paths
+
+
+def _needed_dirs(paths: list[str]) -> list[str]:
+    """Host directories the worker must see: Python itself, the venv and the import path."""
+    wanted = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix}
+    wanted.add(os.path.dirname(os.path.realpath(sys.executable)))
+    wanted.add(os.path.dirname(sys.executable))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p and os.path.exists(p):
+            wanted.add(os.path.realpath(p))
+    for p in paths:
+        wanted.add(p if os.path.isdir(p) else os.path.dirname(p))
+    return sorted(w for w in wanted if w and os.path.exists(w))
+
+
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker: str | None = None) -> list[str]:
+    cmd = [exe, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    if _is_root():
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        cmd += ["--unshare-user"]
+    cmd += ["--die-with-parent", "--new-session", "--clearenv"]
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+    }
+    for k, v in env.items():
+        cmd += ["--setenv", k, v]
+    bound: list[str] = []
+    for d in _SYSTEM:
+        if os.path.islink(d):
+            cmd += ["--symlink", os.readlink(d), d]
+            bound.append(d)
+        elif os.path.isdir(d):
+            cmd += ["--ro-bind", d, d]
+            bound.append(d)
+
+    def covered(p: str) -> bool:
+        return any(p == b or p.startswith(b.rstrip("/") + "/") for b in bound)
+
+    made: set[str] = set()
+    for d in sorted(set(extra_dirs)):
+        if covered(d):
+            continue
+        parts = Path(d).parts
+        for i in range(2, len(parts)):
+            parent = str(Path(*parts[:i]))
+            if parent not in made and not covered(parent):
+                cmd += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        cmd += ["--ro-bind", d, d]
+        bound.append(d)
+    if worker:
+        cmd += ["--perms", "0755", "--dir", "/grader", "--ro-bind", worker, "/grader/worker.py"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmpfs_mb * 2**20), "--tmpfs", "/tmp"]
+    cmd += ["--chdir", "/tmp"]
+    return cmd
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                state = uid_ok = None
+                for line in fh:
+                    if line.startswith("State:"):
+                        state = line.split()[1]
+                    elif line.startswith("Uid:"):
+                        uid_ok = uid in (int(x) for x in line.split()[1:])
+                        break
+            if uid_ok and state != "Z":
+                pids.append(int(name))
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def kill_uid(uid: int) -> bool:
+    """Kill every process running as ``uid`` (root only; the uid is the sandbox's own)."""
+    for _ in range(50):
+        if not _pids_of_uid(uid):
+            return True
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.01)
+    return not _pids_of_uid(uid)
+
+
+def _children_of(pid: int) -> list[int]:
+    kids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    stat = fh.read()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return kids
+
+
+def kill_orphans() -> None:
+    """Kill and reap processes re-parented to this process (it is a child subreaper)."""
+    if not os.path.isdir("/proc"):
+        return
+    for _ in range(20):
+        kids = _children_of(os.getpid())
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not kids:
+            return
+        time.sleep(0.01)
+
+
+def become_subreaper() -> bool:
+    """Orphans of the sandbox (double-forked daemons) are re-parented to us, so we can kill them."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001 - not Linux
+        return False
+
+
+def _fresh_uid() -> int:
+    for _ in range(20):
+        uid = 200_000 + secrets.randbelow(1_000_000)
+        if not _pids_of_uid(uid):
+            return uid
+    return uid
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+@dataclass
+class Sandbox:
+    mode: str  # "bwrap" or "none"
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    forbid: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
+
+    proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+
+    def start(self, deadline: float) -> None:
+        """Start the worker and wait until it imported torch and set its limits."""
+        self._next_id = 0
+        self._resp = bytearray()
+        self._out = bytearray()
+        self._out_dropped = 0
+        self._tmpdir = None
+        self.uid = _fresh_uid() if _is_root() else None
+        paths = _python_paths()
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        out_r, out_w = os.pipe()
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "PYTHONHASHSEED": "0",
+            "MPLBACKEND": "Agg",
+        }
+        python = sys.executable
+        if self.mode == "bwrap":
+            cmd = _bwrap_prefix(
+                shutil.which("bwrap"), tmpfs_mb=self.limits.tmpfs_mb, extra_dirs=_needed_dirs(paths), worker=str(WORKER)
+            )
+            cmd += ["--", python, "-I", "-S", "-u", "-B", "/grader/worker.py", str(req_r), str(resp_w)]
+            cwd = None
+        else:
+            self._tmpdir = tempfile.mkdtemp(prefix="course-grade-")
+            if self.uid is not None:
+                os.chown(self._tmpdir, self.uid, self.uid)
+            env["HOME"] = env["TMPDIR"] = self._tmpdir
+            cmd = [python, "-I", "-S", "-u", "-B", str(WORKER), str(req_r), str(resp_w)]
+            cwd = self._tmpdir
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                pass_fds=(req_r, resp_w),
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for fd in (req_r, req_w, resp_r, resp_w, out_r, out_w):
+                os.close(fd)
+            raise SandboxLost("start", f"could not start the sandbox: {exc}") from None
+        for fd in (req_r, resp_w, out_w):
+            os.close(fd)
+        self._req = os.fdopen(req_w, "wb")
+        self._resp_fd, self._out_fd = resp_r, out_r
+        os.set_blocking(out_r, False)
+        init = {
+            "op": "init",
+            "sys_path": paths,
+            "preload": PRELOAD,
+            "forbid": list(self.forbid),
+            "uid": self.uid,
+            "nice": 5,
+            "prctl": self.mode != "bwrap",
+            "limits": {
+                "memory_mb": self.limits.memory_mb,
+                "nproc": self.limits.nproc,
+                "fsize_mb": self.limits.fsize_mb,
+                "nofile": self.limits.nofile,
+                "cpu_s": self.limits.cpu_s,
+                "core": 0,
+            },
+        }
+        self._send(init)
+        try:
+            resp = self._wait(0, deadline)
+        except SandboxLost as exc:
+            out = self._take_output()[0]
+            self.kill()
+            raise SandboxLost("start", f"the sandbox did not start ({exc.reason}){': ' + out[-500:] if out else ''}") from None
+        self._take_output()
+        self.warnings = list(resp.get("warnings", []))
+        self._next_id = 1
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _send(self, obj: dict) -> None:
+        import json
+
+        try:
+            self._req.write(json.dumps(obj).encode() + b"\n")
+            self._req.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the process is gone; _wait reports how it ended
+
+    def _read_output(self) -> None:
+        while self._out_fd is not None:
+            try:
+                chunk = os.read(self._out_fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not chunk:
+                return
+            room = OUTPUT_KEEP - len(self._out)
+            if room > 0:
+                self._out += chunk[:room]
+            self._out_dropped += max(0, len(chunk) - max(room, 0))
+
+    def _take_output(self) -> tuple[str, int]:
+        self._read_output()
+        text = self._out.decode("utf-8", errors="replace")
+        dropped = self._out_dropped
+        self._out = bytearray()
+        self._out_dropped = 0
+        return text, dropped
+
+    def _ended_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "the process running your code closed its channel to the grader"
+        if code < 0:
+            code = 128 - code
+        if code > 128:
+            sig = _signal_name(code - 128)
+            hint = " (killed: memory or process limits?)" if sig == "SIGKILL" else ""
+            return f"the process running your code was ended by {sig}{hint}"
+        return f"the process running your code exited (exit status {code}; os._exit() or a crash?)"
+
+    def _wait(self, rid: int, deadline: float) -> dict:
+        out_open = True
+        while True:
+            nl = self._resp.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._resp[:nl])
+                del self._resp[: nl + 1]
+                self._read_output()
+                try:
+                    return parse_response(line, rid)
+                except ProtocolError as exc:
+                    self.kill()
+                    raise SandboxLost("protocol", f"the grader received an invalid response ({exc})") from None
+            if len(self._resp) > MAX_LINE:
+                self.kill()
+                raise SandboxLost("protocol", f"a response larger than {MAX_LINE // 2**20} MB")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill()
+                raise SandboxLost("timeout", "time limit reached")
+            fds = [self._resp_fd] + ([self._out_fd] if out_open else [])
+            try:
+                ready, _, _ = select.select(fds, [], [], min(remaining, 1.0))
+            except InterruptedError:
+                continue
+            if self._out_fd in ready:
+                before = len(self._out) + self._out_dropped
+                self._read_output()
+                if len(self._out) + self._out_dropped == before:
+                    try:  # EOF on the output pipe: stop watching it
+                        if os.read(self._out_fd, 1) == b"":
+                            out_open = False
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        out_open = False
+            if self._resp_fd in ready:
+                try:
+                    chunk = os.read(self._resp_fd, 1 << 20)
+                except OSError as exc:
+                    if exc.errno == errno.EINTR:
+                        continue
+                    chunk = b""
+                if not chunk:
+                    reason = self._ended_reason()
+                    self._read_output()
+                    self.kill()
+                    raise SandboxLost("exit", reason)
+                self._resp += chunk
+
+    def request(self, payload: dict, deadline: float) -> Outcome:
+        """Send one request (``op`` exec or call); raise :class:`SandboxLost` if it does not answer."""
+        if not self.alive:
+            raise SandboxLost("exit", "the sandbox is not running")
+        rid = self._next_id
+        self._next_id += 1
+        self._send({**payload, "id": rid})
+        resp = self._wait(rid, deadline)
+        text, dropped = self._take_output()
+        if resp["ok"]:
+            return Outcome(True, value=resp["value"], output=text, output_dropped=dropped)
+        return Outcome(False, error=resp["error"], output=text, output_dropped=dropped)
+
+    def take_output(self) -> tuple[str, int]:
+        return self._take_output() if hasattr(self, "_out") else ("", 0)
+
+    def kill(self) -> None:
+        """End the sandbox and everything it started; safe to call twice."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.uid is not None and _is_root():
+            kill_uid(self.uid)
+        kill_orphans()
+        for f in (getattr(self, "_req", None),):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        for fd in (getattr(self, "_resp_fd", None), getattr(self, "_out_fd", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._resp_fd = self._out_fd = None
+        self._req = None
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+        self.proc = None
+
+    def close(self) -> None:
+        self.kill()

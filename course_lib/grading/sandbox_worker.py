@@ -1,0 +1,420 @@
+"""The process that runs a student's code: answer cells, then calls from the checks.
+
+This file is run as a plain script inside the sandbox (``python -I -S -u worker.py IN OUT``)
+and must not import course_lib: course_lib is not available to graded answers. The checker
+also imports it, for :func:`encode` and :func:`decode` (the wire format of values).
+
+Protocol: one JSON object per line. Requests come on file descriptor IN, responses go to
+OUT; what student code prints goes to stdout/stderr, which the checker reads separately.
+Everything this process sends is untrusted: the checker validates each response against a
+JSON schema, and a response can only say "this call returned this value" or "raised
+this". Nothing here decides a grade.
+
+Requests (from the checker, trusted):
+
+* ``{"op": "init", ...}``: paths, limits, forbidden functions; answered when ready.
+* ``{"op": "exec", "id": n, "key": cell id, "source": code}``: run an answer cell.
+* ``{"op": "call", "id": n, "name": f, "args": [...], "kwargs": {...}}``: call ``f``.
+
+Responses: ``{"id": n, "ok": true, "value": V}`` or
+``{"id": n, "ok": false, "error": {"type", "mro", "message", "traceback"}}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import importlib
+import json
+import os
+import sys
+
+# --- values on the wire (shared with the checker) ------------------------------------
+
+TENSOR_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+MAX_DEPTH = 16
+MAX_ITEMS = 10_000  # list/tuple/dict entries, in total
+MAX_TENSOR_BYTES = 64 * 2**20  # all tensors of one value together
+MAX_STR = 100_000
+
+
+class WireError(ValueError):
+    """A value that cannot cross the process boundary."""
+
+
+def encode(value, _state=None, _depth=0):
+    """Python value -> JSON-able dict. Tensors are sent as base64 of their raw bytes."""
+    import math
+
+    state = _state if _state is not None else {"items": 0, "bytes": 0}
+    if _depth > MAX_DEPTH:
+        raise WireError(f"nested more than {MAX_DEPTH} levels deep")
+    if value is None:
+        return {"t": "none"}
+    if isinstance(value, bool):
+        return {"t": "bool", "v": value}
+    torch = sys.modules.get("torch")
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.bool_):
+        return {"t": "bool", "v": bool(value)}
+    if isinstance(value, int) or (np is not None and isinstance(value, np.integer)):
+        v = int(value)
+        if not -(2**63) <= v < 2**63:
+            raise WireError("an integer outside the 64-bit range")
+        return {"t": "int", "v": v}
+    if isinstance(value, float) or (np is not None and isinstance(value, np.floating)):
+        v = float(value)
+        if math.isnan(v):
+            return {"t": "float", "v": "nan"}
+        if math.isinf(v):
+            return {"t": "float", "v": "inf" if v > 0 else "-inf"}
+        return {"t": "float", "v": v}
+    if isinstance(value, str):
+        if len(value) > MAX_STR:
+            raise WireError(f"a string longer than {MAX_STR} characters")
+        return {"t": "str", "v": value}
+    if isinstance(value, (list, tuple)):
+        state["items"] += len(value)
+        if state["items"] > MAX_ITEMS:
+            raise WireError(f"more than {MAX_ITEMS} list/tuple/dict entries")
+        return {
+            "t": "tuple" if isinstance(value, tuple) else "list",
+            "items": [encode(v, state, _depth + 1) for v in value],
+        }
+    if isinstance(value, dict):
+        state["items"] += len(value)
+        if state["items"] > MAX_ITEMS:
+            raise WireError(f"more than {MAX_ITEMS} list/tuple/dict entries")
+        items = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise WireError(f"a dict with a {type(k).__name__} key (only str keys can be sent)")
+            items.append([k, encode(v, state, _depth + 1)])
+        return {"t": "dict", "items": items}
+    if torch is not None and isinstance(value, torch.dtype):
+        name = str(value).replace("torch.", "")
+        if name not in TENSOR_DTYPES:
+            raise WireError(f"dtype {value}")
+        return {"t": "dtype", "v": name}
+    if torch is not None and isinstance(value, torch.Tensor):
+        t = torch.Tensor.detach(value)
+        if t.layout != torch.strided or t.is_quantized or getattr(t, "is_nested", False):
+            raise WireError(f"a {t.layout} tensor (only dense tensors can be sent)")
+        name = str(t.dtype).replace("torch.", "")
+        if name not in TENSOR_DTYPES:
+            raise WireError(f"a tensor of dtype {t.dtype}")
+        if t.dim() > 8:
+            raise WireError(f"a tensor with {t.dim()} dimensions (at most 8)")
+        nbytes = t.numel() * t.element_size()
+        state["bytes"] += nbytes
+        if state["bytes"] > MAX_TENSOR_BYTES:
+            raise WireError(f"tensors larger than {MAX_TENSOR_BYTES // 2**20} MB in total")
+        t = t.to("cpu").contiguous().as_subclass(torch.Tensor)
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        return {"t": "tensor", "dtype": name, "shape": list(t.shape), "data": base64.b64encode(raw).decode("ascii")}
+    if np is not None and isinstance(value, np.ndarray):
+        raise WireError("a numpy array (return a torch.Tensor)")
+    raise WireError(f"a value of type {type(value).__module__}.{type(value).__qualname__}")
+
+
+def decode(obj):
+    """Inverse of :func:`encode` (for trusted input; the checker validates untrusted input first)."""
+    t = obj["t"]
+    if t == "none":
+        return None
+    if t in ("bool", "int", "str"):
+        return obj["v"]
+    if t == "float":
+        v = obj["v"]
+        return float(v) if isinstance(v, str) else float(v)
+    if t == "list":
+        return [decode(v) for v in obj["items"]]
+    if t == "tuple":
+        return tuple(decode(v) for v in obj["items"])
+    if t == "dict":
+        return {k: decode(v) for k, v in obj["items"]}
+    import torch
+
+    if t == "dtype":
+        return getattr(torch, obj["v"])
+    if t == "tensor":
+        dtype = getattr(torch, obj["dtype"])
+        raw = base64.b64decode(obj["data"], validate=True)
+        shape = [int(s) for s in obj["shape"]]
+        numel = 1
+        for s in shape:
+            numel *= s
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if len(raw) != numel * itemsize:
+            raise WireError(f"tensor data has {len(raw)} bytes, shape {shape} of {obj['dtype']} needs {numel * itemsize}")
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
+    raise WireError(f"unknown value kind {t!r}")
+
+
+# --- the worker -------------------------------------------------------------------------
+
+_FRAMES_TO_HIDE = __file__
+
+
+class ForbiddenCall(RuntimeError):
+    """Raised by functions this assignment does not allow answers to call."""
+
+
+def _forbid(dotted: str) -> None:
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:-1]:
+            owner = getattr(owner, attr, None)
+            if owner is None:
+                return
+        if not hasattr(owner, parts[-1]):
+            return
+
+        def stub(*args, __name=dotted, **kwargs):
+            raise ForbiddenCall(f"{__name} may not be used in this assignment: write the computation yourself")
+
+        stub.__name__ = parts[-1]
+        try:
+            setattr(owner, parts[-1], stub)
+        except (AttributeError, TypeError):
+            pass
+        return
+
+
+class _BlockCourseLib:
+    """Import hook: course_lib is not available to graded answers."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname == "course_lib" or fullname.startswith("course_lib."):
+            raise ImportError(
+                f"cannot import {fullname}: course_lib is not available while answers are graded; "
+                "write the answer with torch (and the standard library) only"
+            )
+        return None
+
+
+class _IPythonStub:
+    """Enough of ``get_ipython()`` for the code IPython generates from magics (``%time``, ``!cmd``)."""
+
+    def __init__(self, namespace):
+        self._ns = namespace
+
+    def run_line_magic(self, name, line, *args, **kwargs):
+        if name in ("time", "timeit") and line.strip():
+            return eval(compile(line, "<magic>", "eval"), self._ns)  # noqa: S307 - the student's own code
+        return None
+
+    def run_cell_magic(self, name, line, cell, *args, **kwargs):
+        if name in ("time", "timeit", "capture", "prun"):
+            exec(compile(cell, "<cell magic>", "exec"), self._ns)  # noqa: S102
+        return None
+
+    def system(self, *args, **kwargs):
+        return None
+
+    getoutput = system
+
+    def magic(self, *args, **kwargs):
+        return None
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def _error_info(exc: BaseException) -> dict:
+    import traceback
+
+    cls = type(exc)
+    try:
+        message = str(exc)
+    except BaseException:  # noqa: BLE001 - a broken __str__ is the student's
+        message = "<the exception's message could not be shown>"
+    try:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != _FRAMES_TO_HIDE]
+        tb = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(cls, exc))
+    except BaseException:  # noqa: BLE001
+        tb = ""
+    try:
+        mro = [c.__name__ for c in cls.__mro__][:64]
+    except BaseException:  # noqa: BLE001
+        mro = [cls.__name__]
+    return {"type": cls.__name__[:200], "mro": [m[:200] for m in mro], "message": message[:20000], "traceback": tb[-50000:]}
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+
+
+def _set_limits(limits: dict) -> list[str]:
+    import resource
+    import signal
+
+    warnings = []
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large file write fails instead of killing us
+    table = {
+        "memory_mb": (resource.RLIMIT_AS, lambda v: int(v) * 2**20),
+        "fsize_mb": (resource.RLIMIT_FSIZE, lambda v: int(v) * 2**20),
+        "nofile": (resource.RLIMIT_NOFILE, int),
+        "cpu_s": (resource.RLIMIT_CPU, int),
+        "core": (resource.RLIMIT_CORE, int),
+    }
+    for key, (res, conv) in table.items():
+        if key in limits and limits[key] is not None:
+            value = conv(limits[key])
+            try:
+                resource.setrlimit(res, (value, value))
+            except (ValueError, OSError) as exc:
+                warnings.append(f"could not set {key}={limits[key]}: {exc}")
+    return warnings
+
+
+def _set_nproc(nproc: int, *, relative: bool) -> list[str]:
+    import resource
+
+    if relative:  # not root: the limit counts every task (process or thread) of this user
+        uid = os.getuid()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    nproc += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    except (ValueError, OSError) as exc:
+        return [f"could not limit the number of processes: {exc}"]
+    return []
+
+
+def _prctl_hardening() -> list[str]:
+    """No new privileges, and die with the parent (the sandbox's own job in bubblewrap)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception as exc:  # noqa: BLE001 - not Linux
+        return [f"prctl hardening unavailable: {exc}"]
+    return []
+
+
+def main(argv: list[str]) -> int:
+    fd_in, fd_out = int(argv[1]), int(argv[2])
+    rfile = os.fdopen(fd_in, "rb")
+    wfile = os.fdopen(fd_out, "wb")
+    dumps, loads = json.dumps, json.loads
+
+    def respond(obj):
+        wfile.write(dumps(obj).encode() + b"\n")
+        wfile.flush()
+
+    init = loads(rfile.readline())
+    sys.path[:] = list(init["sys_path"])
+    sys.meta_path.insert(0, _BlockCourseLib)
+    warnings = []
+    if init.get("prctl"):
+        warnings += _prctl_hardening()
+    for name in init.get("preload", []):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001
+            warnings.append(f"could not preload {name}: {exc}")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    for dotted in init.get("forbid", []):
+        _forbid(dotted)
+    try:
+        os.nice(int(init.get("nice", 0)))
+    except OSError:
+        pass
+    limits = init.get("limits", {})
+    uid = init.get("uid")
+    dropped = False
+    if uid is not None and os.geteuid() == 0:
+        if "nproc" in limits:
+            warnings += _set_nproc(int(limits["nproc"]), relative=False)
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            dropped = True
+        except OSError as exc:
+            warnings.append(f"could not switch to an unprivileged user (uid {uid}): {exc}")
+    elif "nproc" in limits:
+        warnings += _set_nproc(int(limits["nproc"]), relative=os.geteuid() != 0)
+    if uid is not None and not dropped and os.geteuid() == 0:
+        warnings.append("student code runs as root: the process limit does not apply")
+    warnings += _set_limits(limits)
+    if init.get("chdir"):
+        os.chdir(init["chdir"])
+
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace["get_ipython"] = lambda: _IPythonStub(namespace)
+
+    def display(*objs, **kwargs):
+        for obj in objs:
+            print(repr(obj))
+
+    namespace["display"] = display
+    respond({"id": 0, "ok": True, "value": {"t": "none"}, "warnings": warnings[:20]})
+
+    import linecache
+
+    while True:
+        line = rfile.readline()
+        if not line:
+            return 0
+        req = loads(line)
+        rid = req.get("id", -1)
+        op = req.get("op")
+        if op == "exit":
+            return 0
+        try:
+            if op == "exec":
+                filename = f"<answer cell {req['key']}>"
+                source = req["source"]
+                linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+                code = compile(source, filename, "exec")
+                exec(code, namespace)  # noqa: S102 - running student code is the point
+                value = {"t": "none"}
+            elif op == "call":
+                name = req["name"]
+                if name not in namespace:
+                    raise NameError(f"your answer does not define {name!r}")
+                fn = namespace[name]
+                if not callable(fn):
+                    raise TypeError(f"{name!r} is a {type(fn).__name__}, not a function")
+                args = [decode(a) for a in req["args"]]
+                kwargs = {k: decode(v) for k, v in req["kwargs"]}
+                result = fn(*args, **kwargs)
+                try:
+                    value = encode(result)
+                except WireError as exc:
+                    raise WireError(f"{name} returned {exc}, which the grader cannot compare") from None
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too
+            _flush()
+            respond({"id": rid, "ok": False, "error": _error_info(exc)})
+            continue
+        _flush()
+        respond({"id": rid, "ok": True, "value": value})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
