@@ -939,13 +939,12 @@ class _Grammar:
         if rng.random() < 0.35:  # fronted: When it rained, the children stayed at home.
             m = b.add(sub, "SCONJ", "mark")
             v2 = self.clause(b, topic, 1, kinds="ITP")
-            comma = b.add(",", "PUNCT", "punct", v2)
+            b.add(",", "PUNCT", "punct", v2)  # the comma closes the fronted clause
             v1 = self.clause(b, topic, 1, kinds="ITP")
         else:
             v1 = self.clause(b, topic, 1, kinds="ITP")
             m = b.add(sub, "SCONJ", "mark")
             v2 = self.clause(b, topic, 1, kinds="ITP")
-        del_comma = None  # noqa: F841 (the fronted comma is attached to its clause above)
         b.attach(m, v2)
         b.attach(v2, v1, "advcl")
         b.phen.add("subordinate")
@@ -1123,7 +1122,6 @@ class _Grammar:
             h = self.add_city(b, "nsubj")
             city = " ".join(b.tok[h:])
             land = next(c for name, c in self.lex.places if name == city)
-            tense = "present"
             cop = b.add("is", "AUX", "cop")
             d = b.add("a", "DET", "det")
             adj = b.add(rng.choice(("big", "busy", "beautiful", "famous", "large", "old", "modern", "crowded")), "ADJ", "amod") \
@@ -1146,7 +1144,6 @@ class _Grammar:
                     n = self.add_name(b, tuple(toks), "nmod")
                 b.attach(c, n)
                 b.attach(n, root)
-            del tense
             return root
         # a person with a (often multi-token) name does something, often in a city
         toks, g = self.name()

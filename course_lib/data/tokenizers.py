@@ -263,18 +263,30 @@ def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, mi
     normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
                                             strip_accents=lowercase, lowercase=lowercase)
     pre = pre_tokenizers.BertPreTokenizer()
-    cont_table = {i: i + _CONT_OFFSET for i in range(0x10000)}
+    memo: dict[str, str] = {}
+
+    def mark(word: str) -> str:
+        if not word.isprintable() or max(word) >= "\U00010000":
+            return ""
+        return word[0] + "".join(chr(ord(c) + _CONT_OFFSET) for c in word[1:])
 
     def marked_words():
-        for text in texts:
-            words = [w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text))]
-            yield " ".join(w[0] + w[1:].translate(cont_table) for w in words if w.isprintable() and max(w) < "\U00010000")
+        # normalising and splitting chunks of texts at once gives the same words (both steps
+        # treat a newline like any whitespace) and saves the per-call overhead
+        for k in range(0, len(texts), 1000):
+            out = []
+            for w, _ in pre.pre_tokenize_str(normalizer.normalize_str("\n".join(texts[k : k + 1000]))):
+                m = memo.get(w)
+                if m is None:
+                    m = memo[w] = mark(w)
+                out.append(m)
+            yield " ".join(out)
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                   special_tokens=list(BERT_SPECIALS), show_progress=False)
-    bpe.train_from_iterator(marked_words(), trainer=trainer, length=len(texts))
+    bpe.train_from_iterator(marked_words(), trainer=trainer)
 
     def unmark(piece: str) -> str:
         if ord(piece[0]) >= _CONT_OFFSET:
