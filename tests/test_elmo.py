@@ -159,6 +159,10 @@ def test_padding_never_changes_real_positions():
     out = m(ids2)
     assert (out[:, -1] == 0).all()
     assert (out[:, :-1] - together).abs().max() <= TOL
+    # even a batch that is nothing but padding runs and gives zeros (also through a layer-normed mix)
+    nothing = torch.zeros(2, 3, 50, dtype=torch.long)
+    assert (m(nothing) == 0).all()
+    assert (Elmo(m, do_layer_norm=True)(nothing)[0] == 0).all()
 
 
 def test_backward_stack_starts_at_the_last_real_token_and_residual():
@@ -475,3 +479,27 @@ def test_contextual_vectors_differ_for_the_same_word():
     jam_traffic, jam_apple = layers[:, 2, 2], layers[:, 3, 2]  # position 2 after <S>
     assert torch.allclose(jam_traffic[0], jam_apple[0])  # layer 0: the char CNN, context-free
     assert not torch.allclose(jam_traffic[1], jam_apple[1], atol=1e-4)
+
+
+def test_char_ids_agree_with_the_data_layer():
+    """course_lib.data.elmo_char_ids mirrors words_to_char_ids: the same ids and masks."""
+    from course_lib.data import elmo_char_ids
+
+    sentences = [["Café", "jam", "x" * 70, "日本語"], ["a"], ["traffic", "jam", "é" * 40]]
+    ours = words_to_char_ids(sentences, add_sentence_boundaries=True)
+    theirs = elmo_char_ids(sentences, add_bos_eos=True)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+
+
+def test_runs_under_bf16_autocast():
+    """The course's GPU policy is bf16 autocast; CPU autocast exercises the same mixed-dtype paths."""
+    m = ElmoLanguageModel(tiny()).train()
+    ids, words, mask = batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layers = m(ids, mask)
+        out = m.lm_loss(ids, words, mask)
+        mixed = Elmo(m, do_layer_norm=True, freeze=False)(ids, mask)[0]
+    assert layers.shape == (3, 4, 8, 32) and (layers[:, ~mask] == 0).all()
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    (out.loss + mixed.float().sum()).backward()
+    assert m.softmax.weight.grad is not None and m.char_cnn.convs[0].weight.grad is not None
