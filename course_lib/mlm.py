@@ -71,8 +71,6 @@ __all__ = [
 # what happened to a chosen token (``mask_tokens(..., return_actions=True)``); 0 = not chosen
 MASKED, RANDOM, KEPT = 1, 2, 3
 
-SeedLike = int | torch.Generator | None
-
 
 def _generator(rng: Any) -> torch.Generator:
     """A ``torch.Generator`` from a seed, a torch generator, a numpy generator or None."""
@@ -92,7 +90,7 @@ def _generator(rng: Any) -> torch.Generator:
     return g
 
 
-def _as_id_tensor(ids: Any, name: str) -> Tensor:
+def _as_id_tensor(ids: Any) -> Tensor:
     t = ids if isinstance(ids, Tensor) else torch.as_tensor(list(ids), dtype=torch.long)
     return t.to(torch.long).reshape(-1)
 
@@ -146,7 +144,7 @@ def mask_tokens(
     if not 0 <= mask_token_id < vocab_size:
         raise ValueError(f"mask_token_id={mask_token_id} must lie in [0, vocab_size={vocab_size})")
     device = input_ids.device
-    specials = torch.unique(torch.cat([_as_id_tensor(special_ids if special_ids is not None else [], "special_ids"), torch.tensor([mask_token_id])]))
+    specials = torch.unique(torch.cat([_as_id_tensor(special_ids if special_ids is not None else []), torch.tensor([mask_token_id])]))
     eligible = ~torch.isin(input_ids, specials.to(device))
     if special_mask is not None:
         if special_mask.shape != input_ids.shape:
@@ -307,6 +305,8 @@ def pack_pairs(
     if tokens_b is not None and len(tokens_a) != len(tokens_b):
         raise ValueError(f"tokens_a has {len(tokens_a)} segments but tokens_b has {len(tokens_b)}")
     n = len(tokens_a)
+    if n == 0:
+        raise ValueError("pack_pairs got no segments")
     flat_a, len_a = _flat(tokens_a)
     if tokens_b is not None:
         flat_b, len_b = _flat(tokens_b)
@@ -527,12 +527,13 @@ class MaskedLMData:
 # ---------------------------------------------------------------------------------------
 
 
-def pretraining_loss(model: torch.nn.Module, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+def pretraining_loss(model: torch.nn.Module, batch: Mapping[str, Tensor], *, masked_only: bool = True) -> tuple[Tensor, dict[str, float]]:
     """``loss_fn`` for :func:`course_lib.train.fit`: MLM (+ NSP when the model and batch have it).
 
     Works with ``BertForPreTraining`` (MLM + NSP), ``BertForMaskedLM`` and
     ``RobertaForMaskedLM`` (MLM only). Returns ``(loss, metrics)`` with the loss parts and
-    the accuracies on masked tokens and next-sentence labels.
+    the accuracies on masked tokens and next-sentence labels. ``masked_only`` runs the
+    vocabulary projection on masked positions only (same loss, less work).
     """
     kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
     labels = batch["labels"]
@@ -540,13 +541,14 @@ def pretraining_loss(model: torch.nn.Module, batch: Mapping[str, Tensor]) -> tup
     has_nsp = hasattr(model, "nsp_head")
     if has_nsp and nsp_label is not None:
         kwargs["next_sentence_label"] = nsp_label
-    out = model(batch["input_ids"], labels=labels, **kwargs)
+    out = model(batch["input_ids"], labels=labels, masked_only=masked_only, **kwargs)
     metrics: dict[str, float] = {}
     with torch.no_grad():
         logits = out.prediction_logits if has_nsp else out.logits
         chosen = labels != IGNORE_INDEX
         if bool(chosen.any()):
-            metrics["mlm_accuracy"] = (logits[chosen].argmax(-1) == labels[chosen]).float().mean().item()
+            predicted = logits.argmax(-1) if masked_only else logits[chosen].argmax(-1)
+            metrics["mlm_accuracy"] = (predicted == labels[chosen]).float().mean().item()
         if has_nsp and nsp_label is not None:
             metrics["mlm_loss"] = out.mlm_loss.item()
             metrics["nsp_loss"] = out.nsp_loss.item()

@@ -315,3 +315,21 @@ def test_classifier_from_pretrained_body_keeps_the_encoder():
     with torch.no_grad():
         assert torch.equal(clf.bert(**batch).last_hidden_state, body(**batch).last_hidden_state)
         assert clf(**batch).logits.shape == (4, 4)
+
+
+@pytest.mark.parametrize("cls", [BertForPreTraining, BertForMaskedLM])
+def test_masked_only_gives_the_same_loss_and_the_masked_rows(cls):
+    model = cls(BertConfig(**TINY)).eval()
+    batch = make_batch(seed=9)
+    labels = torch.where(torch.rand(batch["input_ids"].shape) < 0.3, batch["input_ids"], -100)
+    labels[0, 2] = 7
+    full = model(**batch, labels=labels)
+    sparse = model(**batch, labels=labels, masked_only=True)
+    logits_full = full.prediction_logits if cls is BertForPreTraining else full.logits
+    logits_sparse = sparse.prediction_logits if cls is BertForPreTraining else sparse.logits
+    chosen = labels != -100
+    assert logits_sparse.shape == (int(chosen.sum()), TINY["vocab_size"])
+    assert maxdiff(logits_sparse, logits_full[chosen]) <= TOL
+    assert abs(full.loss.item() - sparse.loss.item()) <= TOL
+    with pytest.raises(ValueError, match="needs labels"):
+        model(**batch, masked_only=True)

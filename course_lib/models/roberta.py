@@ -53,7 +53,7 @@ from .bert import (
     _linear,
     _WithMLMHead,
     load_hf_state_dict,
-    masked_lm_loss,
+    mlm_logits_and_loss,
 )
 
 __all__ = [
@@ -157,14 +157,16 @@ class RobertaForMaskedLM(_WithMLMHead):
         labels: Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        masked_only: bool = False,
     ) -> MaskedLMOutput:
+        """``masked_only=True``: logits only at labelled positions (see :func:`~course_lib.models.bert.mlm_logits_and_loss`)."""
         out = self.roberta(
             input_ids, attention_mask, token_type_ids, position_ids,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits = self.mlm_head(out.last_hidden_state)
+        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
         return MaskedLMOutput(
-            loss=masked_lm_loss(logits, labels) if labels is not None else None,
+            loss=loss,
             logits=logits,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
