@@ -147,3 +147,10 @@ def test_mlm_decoder_tied_and_untied_from_hf():
         assert maxdiff(ours(**batch).logits, hf(**batch).logits) <= TOL
     tied = RobertaForMaskedLM(RobertaConfig(**TINY))
     assert tied.mlm_head.decoder.weight is tied.roberta.embeddings.word_embeddings.weight
+
+
+def test_bert_and_roberta_configs_refuse_each_other():
+    with pytest.raises(ValueError, match="RobertaConfig"):
+        BertConfig.from_hf(hf_config())
+    with pytest.raises(ValueError, match="BertConfig"):
+        RobertaConfig.from_hf(transformers.BertConfig(**{k: v for k, v in TINY.items()}))

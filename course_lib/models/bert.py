@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +114,9 @@ class BertConfig:
     tie_word_embeddings: bool = True  # MLM decoder shares the input embedding matrix
     num_labels: int = 2  # outputs of BertForSequenceClassification (1 = regression)
     classifier_dropout: float | None = None  # dropout before the classifier (None: hidden_dropout_prob)
+
+    # RoBERTa-style position ids (set by RobertaConfig); not a field
+    _roberta_positions: ClassVar[bool] = False
 
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads != 0:
@@ -194,6 +197,11 @@ class BertConfig:
         cross-attention, relative position embeddings, an unknown activation).
         """
         d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
+        model_type = d.get("model_type")
+        is_roberta = model_type is not None and "roberta" in model_type
+        if model_type is not None and is_roberta != cls._roberta_positions:
+            other = "RobertaConfig / Roberta*.from_hf" if is_roberta else "BertConfig / Bert*.from_hf"
+            raise ValueError(f"a {model_type!r} config numbers positions differently: use {other}")
         if d.get("is_decoder") or d.get("add_cross_attention"):
             raise ValueError("course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported")
         pos = d.get("position_embedding_type", "absolute")

@@ -34,6 +34,7 @@ exact GELU; the classification head reads the ``<s>`` vector through
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -77,6 +78,7 @@ class RobertaConfig(BertConfig):
     pad_token_id: int = 1  # <pad>; also RoBERTa's padding_idx for positions
     bos_token_id: int = 0  # <s>, plays [CLS]'s role
     eos_token_id: int = 2  # </s>, plays [SEP]'s role
+    _roberta_positions: ClassVar[bool] = True
 
     def __post_init__(self):
         super().__post_init__()
