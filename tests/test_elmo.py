@@ -143,6 +143,7 @@ def test_shapes_layer_zero_and_padding_zeros():
     assert (layers[:, ~mask] == 0).all() and (layers[:, mask].abs().sum(-1) > 0).all()
     assert st.lengths.tolist() == [8, 5, 4, 6]
     assert torch.equal(m(ids), layers)  # mask derived from all-zero tokens
+    assert torch.equal(m(ids.int(), mask.long()), layers)  # int32 ids and 0/1 masks are accepted
 
 
 def test_padding_never_changes_real_positions():

@@ -195,14 +195,13 @@ def words_to_char_ids(
             raise ValueError(f"sentence {i} is a str; pass a list of words (e.g. text.split())")
         if len(sentence) == 0:
             raise ValueError(f"sentence {i} is empty: every sentence needs at least one word")
-        words = [BOS_TOKEN, *sentence, EOS_TOKEN] if add_sentence_boundaries else list(sentence)
-        rows.append([word_to_char_ids(w, max_chars=max_chars) for w in words])
+        rows.append([BOS_TOKEN, *sentence, EOS_TOKEN] if add_sentence_boundaries else list(sentence))
+    # each distinct word is spelled once; a row of the table per distinct word, 0 = padding
+    vocab = {w: k + 1 for k, w in enumerate(dict.fromkeys(w for r in rows for w in r))}
+    table = torch.tensor([[0] * max_chars] + [word_to_char_ids(w, max_chars=max_chars) for w in vocab], dtype=torch.long)
     seq = max(len(r) for r in rows)
-    char_ids = torch.zeros(len(rows), seq, max_chars, dtype=torch.long)
-    mask = torch.zeros(len(rows), seq, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        char_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = True
+    index = torch.tensor([[vocab[w] for w in r] + [0] * (seq - len(r)) for r in rows], dtype=torch.long)
+    char_ids, mask = table[index], index > 0
     if device is not None:
         char_ids, mask = char_ids.to(device), mask.to(device)
     return char_ids, mask
@@ -342,8 +341,9 @@ def _lengths_from_mask(mask: Tensor) -> Tensor:
     return lengths
 
 
-def _check_inputs(char_ids: Tensor, mask: Tensor | None, config: ElmoConfig) -> tuple[Tensor, Tensor]:
-    if not isinstance(char_ids, Tensor) or char_ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+def _check_inputs(char_ids: Tensor, mask: Tensor | None, config: ElmoConfig) -> tuple[Tensor, Tensor, Tensor]:
+    """Validate ``char_ids`` and ``mask``; return ``(char_ids as int64, mask as bool, lengths)``."""
+    if not isinstance(char_ids, Tensor) or char_ids.dtype not in (torch.int64, torch.int32, torch.int16):
         raise ValueError("char_ids must be an integer tensor (see words_to_char_ids)")
     if char_ids.dim() != 3:
         raise ValueError(f"char_ids must be [batch, seq, max_chars_per_token], got shape {tuple(char_ids.shape)}")
@@ -367,7 +367,7 @@ def _check_inputs(char_ids: Tensor, mask: Tensor | None, config: ElmoConfig) -> 
             raise ValueError(f"mask must have shape {(batch, seq)} (batch, seq), got {tuple(mask.shape)}")
         mask = mask.to(device=char_ids.device, dtype=torch.bool)
     lengths = _lengths_from_mask(mask)
-    return mask, lengths
+    return char_ids.long(), mask, lengths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -642,7 +642,7 @@ class ElmoLanguageModel(nn.Module):
 
     def encode(self, char_ids: Tensor, mask: Tensor | None = None) -> BiLMStates:
         """Run the char CNN and both LSTM stacks; ``mask`` defaults to "token has any non-zero id"."""
-        mask, lengths = _check_inputs(char_ids, mask, self.config)
+        char_ids, mask, lengths = _check_inputs(char_ids, mask, self.config)
         token = self.char_cnn(char_ids, mask)
         forwards, backwards = self.bilm(token, mask, lengths)
         return BiLMStates(token, forwards, backwards, mask, lengths)
@@ -713,7 +713,7 @@ class ElmoLanguageModel(nn.Module):
         never looked at the future anyway. A model that peeks at the next word (the naive
         variant) is found out here. Runs ``seq`` truncated copies of the batch at once.
         """
-        mask, _ = _check_inputs(char_ids, mask, self.config)
+        char_ids, mask, _ = _check_inputs(char_ids, mask, self.config)
         self._check_word_ids(word_ids, tuple(mask.shape))
         word_ids = word_ids.to(char_ids.device).long()
         batch, seq, chars = char_ids.shape
