@@ -35,14 +35,14 @@ from pathlib import Path
 
 from .compare import compare_values
 from .format import Assignment, Check, load_assignment
-from .sandbox import Sandbox, SandboxLimits, SandboxLost, become_subreaper
+from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_subreaper
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 from .sandbox_worker import decode
 
 __all__ = ["CheckFailure", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
-MAX_SANDBOX_STARTS = 12  # per submission
-MAX_CRASHES_PER_EXERCISE = 2  # after this many crashes/timeouts its remaining checks are not run
+MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
+MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
 START_TIMEOUT = 120.0
 MESSAGE_LIMIT = 2000
 
@@ -138,19 +138,29 @@ class _Run:
     warnings: list[str] = field(default_factory=list)
     call_output: list[str] = field(default_factory=list)
     dropped: int = 0
-    crashes: dict[str, int] = field(default_factory=dict)
+    timeouts: dict[str, int] = field(default_factory=dict)
 
     def ensure_sandbox(self) -> None:
-        while self.sandbox is None:
+        """A student process with the preamble and the answer cells run: fork a fresh one from
+        the zygote when the last one crashed or hung, start a new sandbox when needed."""
+        while self.sandbox is None or not self.sandbox.child_alive:
             if self.starts >= MAX_SANDBOX_STARTS:
-                raise _Lost(SandboxLost("start", f"not run: the sandbox was restarted {MAX_SANDBOX_STARTS} times"))
+                raise _Lost(SandboxLost("start", f"not run: the student process was restarted {MAX_SANDBOX_STARTS} times"))
             if time.monotonic() >= self.deadline:
                 raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
             self.starts += 1
-            box = Sandbox(self.mode, self.limits, self.assignment.forbid)
+            deadline = min(time.monotonic() + START_TIMEOUT, self.deadline)
+            box = self.sandbox
             try:
-                box.start(min(time.monotonic() + START_TIMEOUT, self.deadline))
+                if box is not None and box.alive:
+                    box.spawn(deadline)
+                else:
+                    if box is not None:
+                        box.kill()
+                    box = self.sandbox = Sandbox(self.mode, self.limits, self.assignment.forbid)
+                    box.start(deadline)
             except SandboxLost as exc:
+                self.drop_sandbox()
                 raise _Lost(exc) from None
             for w in box.warnings:
                 if w not in self.warnings:
@@ -159,33 +169,30 @@ class _Run:
                 for i, src in enumerate(self.assignment.preamble):
                     out = box.request({"op": "exec", "key": f"preamble-{i}", "source": src}, self._answer_deadline())
                     if not out.ok:
-                        box.kill()
+                        self.drop_sandbox()
                         raise RuntimeError(f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}")
-                for state in self.answers.values():
-                    if not state.found or state.poisoned:
-                        continue
-                    try:
-                        out = box.request({"op": "exec", "key": state.key, "source": state.source}, self._answer_deadline())
-                    except SandboxLost as exc:
-                        state.poisoned = True
-                        state.status = (
-                            f"timed out after {self.answer_timeout:g} s while running the cell (it is skipped)"
-                            if exc.kind == "timeout"
-                            else f"stopped the sandbox while running: {exc.reason} (the cell is skipped)"
-                        )
-                        state.output, _ = box.take_output()
-                        box.kill()
-                        break
-                    if state.status == "not run":
-                        state.output = out.output
-                        state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
-                        if not out.ok and out.error.get("traceback"):
-                            state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
-                else:
-                    self.sandbox = box
             except SandboxLost as exc:  # the preamble itself timed out or crashed
-                box.kill()
+                self.drop_sandbox()
                 raise _Lost(exc) from None
+            for state in self.answers.values():
+                if not state.found or state.poisoned:
+                    continue
+                try:
+                    out = box.request({"op": "exec", "key": state.key, "source": state.source}, self._answer_deadline())
+                except SandboxLost as exc:
+                    state.poisoned = True
+                    state.status = (
+                        f"timed out after {self.answer_timeout:g} s while running the cell (it is skipped)"
+                        if exc.kind == "timeout"
+                        else f"stopped the student process while running: {exc.reason} (the cell is skipped)"
+                    )
+                    state.output, _ = box.take_output()
+                    break  # the student process is gone: fork a new one without this cell
+                if state.status == "not run":
+                    state.output = out.output
+                    state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                    if not out.ok and out.error.get("traceback"):
+                        state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
 
     def _answer_deadline(self) -> float:
         return min(time.monotonic() + self.answer_timeout, self.deadline)
@@ -239,13 +246,12 @@ class StudentFunction:
         run.ensure_sandbox()
         try:
             outcome = run.sandbox.request({"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}, self._deadline[0])
-        except SandboxLost as exc:
+        except SandboxLost as exc:  # the student process is gone; the next check forks a new one
             out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
             run.call_output.append(out)
             run.dropped += dropped
-            run.drop_sandbox()
-            run.crashes[check.exercise] = run.crashes.get(check.exercise, 0) + 1
             if exc.kind == "timeout":
+                run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
                 raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
             raise CheckFailure(f"{call}: {exc.reason}") from None
         run.call_output.append(outcome.output)
@@ -326,9 +332,9 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     try:
         if time.monotonic() >= run.deadline:
             raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
-        if run.crashes.get(check.exercise, 0) >= MAX_CRASHES_PER_EXERCISE:
+        if run.timeouts.get(check.exercise, 0) >= MAX_TIMEOUTS_PER_EXERCISE:
             raise CheckFailure(
-                f"not run: your code for this exercise timed out or stopped the sandbox {MAX_CRASHES_PER_EXERCISE} times (see the checks above)"
+                f"not run: your code for this exercise ran out of time in {MAX_TIMEOUTS_PER_EXERCISE} checks (see the checks above)"
             )
         run.ensure_sandbox()
         deadline[0] = min(time.monotonic() + limit, run.deadline)  # starting the sandbox is not the check's time
@@ -338,14 +344,16 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         message = str(exc)
     except _Lost as exc:
         message = exc.lost.reason
-        run.drop_sandbox()
     except AssertionError as exc:
         message = _assert_message(exc, check)
     except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
         message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
-    output = "".join(run.call_output)
-    if run.dropped:
-        output += f"\n[... {run.dropped} more bytes of output not kept]"
+    output, dropped = "".join(run.call_output), run.dropped
+    if len(output) > OUTPUT_KEEP:
+        dropped += len(output.encode()) - OUTPUT_KEEP
+        output = output[:OUTPUT_KEEP]
+    if dropped:
+        output += f"\n[... {dropped} more bytes of output not kept]"
     return {
         "id": check.id,
         "exercise": check.exercise,

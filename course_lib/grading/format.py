@@ -252,7 +252,7 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
         cmeta = cell.get("metadata", {}).get(META, {})
         roles = [t for t in tags if t in ROLE_TAGS]
         for t in tags:
-            if t not in ROLE_TAGS and t not in (GENERATED_TAG,) and not t.startswith(("nbval", "remove", "hide", "course-setup")):
+            if t not in ROLE_TAGS and t not in (GENERATED_TAG,) and not t.startswith(("nbval-", "remove-", "remove_", "hide-", "hide_", "course-")):
                 close = difflib.get_close_matches(t, ROLE_TAGS, n=1, cutoff=0.75)
                 if close:
                     problems.append(f"{where}: unknown tag {t!r}; did you mean {close[0]!r}?")

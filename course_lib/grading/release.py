@@ -50,7 +50,9 @@ def _function_stub(node: ast.FunctionDef, lines: list[str], message: str) -> lis
     indent = " " * body0.col_offset
     has_doc = isinstance(body0, ast.Expr) and isinstance(getattr(body0, "value", None), ast.Constant) and isinstance(body0.value.value, str)
     if body0.lineno == node.lineno:  # one-line def: rebuild the header
-        header = ast.unparse(ast.FunctionDef(node.name, node.args, [ast.Pass()], node.decorator_list, node.returns, None, [])).splitlines()
+        bare = copy.deepcopy(node)
+        bare.body = [ast.Pass()]
+        header = ast.unparse(bare).splitlines()
         header = [h for h in header if h.strip() != "pass"]
         return header + [f"    raise NotImplementedError({message!r})"]
     out = lines[first : body0.lineno - 1]

@@ -326,25 +326,35 @@ def _signal_name(num: int) -> str:
 
 @dataclass
 class Sandbox:
+    """One submission's sandbox: a zygote process (torch imported, limits set) that forks the
+    student process on :meth:`spawn`. A crash or a timeout ends only the student process;
+    :meth:`spawn` then starts a fresh one in milliseconds."""
+
     mode: str  # "bwrap" or "none"
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     forbid: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
 
     proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    child_alive: bool = field(default=False, init=False)
 
     def start(self, deadline: float) -> None:
-        """Start the worker and wait until it imported torch and set its limits."""
+        """Start the sandbox and its zygote, then the first student process."""
         self._next_id = 0
         self._resp = bytearray()
+        self._ctl = bytearray()
         self._out = bytearray()
         self._out_dropped = 0
         self._tmpdir = None
+        self._resp_fd = self._out_fd = self._ctl_fd = None
         self.uid = _fresh_uid() if _is_root() else None
         paths = _python_paths()
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
+        ctl_in_r, ctl_in_w = os.pipe()
+        ctl_out_r, ctl_out_w = os.pipe()
         out_r, out_w = os.pipe()
+        child_fds = (req_r, resp_w, ctl_in_r, ctl_out_w)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": "C.UTF-8",
@@ -355,18 +365,19 @@ class Sandbox:
             "MPLBACKEND": "Agg",
         }
         python = sys.executable
+        fd_args = [str(fd) for fd in child_fds]
         if self.mode == "bwrap":
             cmd = _bwrap_prefix(
                 shutil.which("bwrap"), tmpfs_mb=self.limits.tmpfs_mb, extra_dirs=_needed_dirs(paths), worker=str(WORKER)
             )
-            cmd += ["--", python, "-I", "-S", "-u", "-B", "/grader/worker.py", str(req_r), str(resp_w)]
+            cmd += ["--", python, "-I", "-S", "-u", "-B", "/grader/worker.py", *fd_args]
             cwd = None
         else:
             self._tmpdir = tempfile.mkdtemp(prefix="course-grade-")
             if self.uid is not None:
                 os.chown(self._tmpdir, self.uid, self.uid)
             env["HOME"] = env["TMPDIR"] = self._tmpdir
-            cmd = [python, "-I", "-S", "-u", "-B", str(WORKER), str(req_r), str(resp_w)]
+            cmd = [python, "-I", "-S", "-u", "-B", str(WORKER), *fd_args]
             cwd = self._tmpdir
         try:
             self.proc = subprocess.Popen(
@@ -374,19 +385,20 @@ class Sandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=out_w,
-                pass_fds=(req_r, resp_w),
+                pass_fds=child_fds,
                 cwd=cwd,
                 env=env,
                 start_new_session=True,
             )
         except OSError as exc:
-            for fd in (req_r, req_w, resp_r, resp_w, out_r, out_w):
+            for fd in (req_r, req_w, resp_r, resp_w, ctl_in_r, ctl_in_w, ctl_out_r, ctl_out_w, out_r, out_w):
                 os.close(fd)
             raise SandboxLost("start", f"could not start the sandbox: {exc}") from None
-        for fd in (req_r, resp_w, out_w):
+        for fd in (*child_fds, out_w):
             os.close(fd)
         self._req = os.fdopen(req_w, "wb")
-        self._resp_fd, self._out_fd = resp_r, out_r
+        self._ctl_in = os.fdopen(ctl_in_w, "wb")
+        self._resp_fd, self._ctl_fd, self._out_fd = resp_r, ctl_out_r, out_r
         os.set_blocking(out_r, False)
         init = {
             "op": "init",
@@ -396,6 +408,7 @@ class Sandbox:
             "uid": self.uid,
             "nice": 5,
             "prctl": self.mode != "bwrap",
+            "sweep": self.mode == "bwrap",  # a PID namespace of its own
             "limits": {
                 "memory_mb": self.limits.memory_mb,
                 "nproc": self.limits.nproc,
@@ -405,29 +418,59 @@ class Sandbox:
                 "core": 0,
             },
         }
-        self._send(init)
+        self._write(self._ctl_in, init)
         try:
-            resp = self._wait(0, deadline)
+            ready = self._wait_ctl(deadline)
         except SandboxLost as exc:
             out = self._take_output()[0]
             self.kill()
             raise SandboxLost("start", f"the sandbox did not start ({exc.reason}){': ' + out[-500:] if out else ''}") from None
         self._take_output()
-        self.warnings = list(resp.get("warnings", []))
+        self.warnings = list(ready.get("warnings", []))
+        self.spawn(deadline)
+
+    def spawn(self, deadline: float) -> None:
+        """Fork a fresh student process from the zygote and wait until it is ready."""
+        if not self.alive:
+            raise SandboxLost("exit", "the sandbox is not running")
+        self._discard_responses()
+        self._write(self._ctl_in, {"op": "spawn"})
+        self._next_id = 0
+        self.child_alive = True
+        try:
+            self._wait(0, deadline)
+        except SandboxLost as exc:
+            self.child_alive = False
+            raise SandboxLost(exc.kind, f"the student process did not start ({exc.reason})") from None
+        self._take_output()
         self._next_id = 1
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None and self._ctl_fd is not None
 
-    def _send(self, obj: dict) -> None:
+    def _write(self, f, obj: dict) -> None:
         import json
 
         try:
-            self._req.write(json.dumps(obj).encode() + b"\n")
-            self._req.flush()
-        except (BrokenPipeError, OSError, ValueError):
+            f.write(json.dumps(obj).encode() + b"\n")
+            f.flush()
+        except (BrokenPipeError, OSError, ValueError, AttributeError):
             pass  # the process is gone; _wait reports how it ended
+
+    def _discard_responses(self) -> None:
+        """Drop what a dead student process left in the response pipe."""
+        self._resp = bytearray()
+        if self._resp_fd is None:
+            return
+        os.set_blocking(self._resp_fd, False)
+        try:
+            while os.read(self._resp_fd, 1 << 20):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        finally:
+            os.set_blocking(self._resp_fd, True)
 
     def _read_output(self) -> None:
         while self._out_fd is not None:
@@ -452,18 +495,48 @@ class Sandbox:
         self._out_dropped = 0
         return text, dropped
 
-    def _ended_reason(self) -> str:
-        try:
-            code = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            return "the process running your code closed its channel to the grader"
+    @staticmethod
+    def _exit_reason(code: int) -> str:
         if code < 0:
-            code = 128 - code
-        if code > 128:
-            sig = _signal_name(code - 128)
+            sig = _signal_name(-code)
             hint = " (killed: memory or process limits?)" if sig == "SIGKILL" else ""
             return f"the process running your code was ended by {sig}{hint}"
         return f"the process running your code exited (exit status {code}; os._exit() or a crash?)"
+
+    def _ctl_line(self) -> dict | None:
+        import json
+
+        nl = self._ctl.find(b"\n")
+        if nl < 0:
+            return None
+        line = bytes(self._ctl[:nl])
+        del self._ctl[: nl + 1]
+        return json.loads(line)
+
+    def _wait_ctl(self, deadline: float) -> dict:
+        """The zygote's next message (trusted until student code ran; then only exit events)."""
+        while True:
+            msg = self._ctl_line()
+            if msg is not None:
+                return msg
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxLost("timeout", "time limit reached")
+            ready, _, _ = select.select([self._ctl_fd, self._out_fd], [], [], min(remaining, 1.0))
+            if self._out_fd in ready:
+                self._read_output()
+            if self._ctl_fd in ready:
+                chunk = os.read(self._ctl_fd, 65536)
+                if not chunk:
+                    raise SandboxLost("exit", self._zygote_gone())
+                self._ctl += chunk
+
+    def _zygote_gone(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        return "the sandbox running your code ended" + (f" (exit status {code}: killed by your code?)" if code is not None else "")
 
     def _wait(self, rid: int, deadline: float) -> dict:
         out_open = True
@@ -476,16 +549,16 @@ class Sandbox:
                 try:
                     return parse_response(line, rid)
                 except ProtocolError as exc:
-                    self.kill()
+                    self.kill_child()
                     raise SandboxLost("protocol", f"the grader received an invalid response ({exc})") from None
             if len(self._resp) > MAX_LINE:
-                self.kill()
+                self.kill_child()
                 raise SandboxLost("protocol", f"a response larger than {MAX_LINE // 2**20} MB")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.kill()
+                self.kill_child()
                 raise SandboxLost("timeout", "time limit reached")
-            fds = [self._resp_fd] + ([self._out_fd] if out_open else [])
+            fds = [self._resp_fd, self._ctl_fd] + ([self._out_fd] if out_open else [])
             try:
                 ready, _, _ = select.select(fds, [], [], min(remaining, 1.0))
             except InterruptedError:
@@ -501,6 +574,19 @@ class Sandbox:
                         pass
                     except OSError:
                         out_open = False
+            if self._ctl_fd in ready:
+                chunk = os.read(self._ctl_fd, 65536)
+                if not chunk:
+                    reason = self._zygote_gone()
+                    self._read_output()
+                    self.kill()
+                    raise SandboxLost("exit", reason)
+                self._ctl += chunk
+                msg = self._ctl_line()
+                if msg is not None and msg.get("event") == "exit":
+                    self.child_alive = False
+                    self._read_output()
+                    raise SandboxLost("exit", self._exit_reason(int(msg.get("code", 0))))
             if self._resp_fd in ready:
                 try:
                     chunk = os.read(self._resp_fd, 1 << 20)
@@ -508,20 +594,37 @@ class Sandbox:
                     if exc.errno == errno.EINTR:
                         continue
                     chunk = b""
-                if not chunk:
-                    reason = self._ended_reason()
-                    self._read_output()
+                if not chunk:  # cannot happen while the zygote holds the pipe; treat as the end
+                    reason = self._zygote_gone()
                     self.kill()
                     raise SandboxLost("exit", reason)
                 self._resp += chunk
 
+    def kill_child(self) -> None:
+        """End the student process (timeout, broken protocol); the zygote stays for :meth:`spawn`."""
+        if not self.child_alive:
+            return
+        self.child_alive = False
+        if not self.alive:
+            self.kill()
+            return
+        self._write(self._ctl_in, {"op": "kill"})
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                msg = self._wait_ctl(deadline)
+                if msg.get("event") == "exit":
+                    return
+        except SandboxLost:
+            self.kill()
+
     def request(self, payload: dict, deadline: float) -> Outcome:
         """Send one request (``op`` exec or call); raise :class:`SandboxLost` if it does not answer."""
-        if not self.alive:
-            raise SandboxLost("exit", "the sandbox is not running")
+        if not self.child_alive:
+            raise SandboxLost("exit", "the student process is not running")
         rid = self._next_id
         self._next_id += 1
-        self._send({**payload, "id": rid})
+        self._write(self._req, {**payload, "id": rid})
         resp = self._wait(rid, deadline)
         text, dropped = self._take_output()
         if resp["ok"]:
@@ -533,6 +636,7 @@ class Sandbox:
 
     def kill(self) -> None:
         """End the sandbox and everything it started; safe to call twice."""
+        self.child_alive = False
         proc = self.proc
         if proc is None:
             return
@@ -551,20 +655,21 @@ class Sandbox:
         if self.uid is not None and _is_root():
             kill_uid(self.uid)
         kill_orphans()
-        for f in (getattr(self, "_req", None),):
+        self._read_output()
+        for f in (getattr(self, "_req", None), getattr(self, "_ctl_in", None)):
             try:
                 if f is not None:
                     f.close()
             except OSError:
                 pass
-        for fd in (getattr(self, "_resp_fd", None), getattr(self, "_out_fd", None)):
+        for fd in (self._resp_fd, self._out_fd, self._ctl_fd):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._resp_fd = self._out_fd = None
-        self._req = None
+        self._resp_fd = self._out_fd = self._ctl_fd = None
+        self._req = self._ctl_in = None
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None

@@ -1,20 +1,29 @@
 """The process that runs a student's code: answer cells, then calls from the checks.
 
-This file is run as a plain script inside the sandbox (``python -I -S -u worker.py IN OUT``)
+This file is run as a plain script inside the sandbox
+(``python -I -S -u worker.py REQ RESP CTL_IN CTL_OUT``)
 and must not import course_lib: course_lib is not available to graded answers. The checker
 also imports it, for :func:`encode` and :func:`decode` (the wire format of values).
 
-Protocol: one JSON object per line. Requests come on file descriptor IN, responses go to
-OUT; what student code prints goes to stdout/stderr, which the checker reads separately.
+It imports torch, sets the limits and drops privileges, and then serves as a *zygote*: on
+each "spawn" (on CTL_IN) it forks a fresh student process, which runs the requests; when
+that process ends (a crash, ``os._exit``, or a "kill" after a timeout) the zygote reports
+how on CTL_OUT, kills what it left behind, and can fork the next one in milliseconds.
+
+Protocol: one JSON object per line. Requests come on file descriptor REQ, responses go to
+RESP; what student code prints goes to stdout/stderr, which the checker reads separately.
 Everything this process sends is untrusted: the checker validates each response against a
 JSON schema, and a response can only say "this call returned this value" or "raised
 this". Nothing here decides a grade.
 
 Requests (from the checker, trusted):
 
-* ``{"op": "init", ...}``: paths, limits, forbidden functions; answered when ready.
-* ``{"op": "exec", "id": n, "key": cell id, "source": code}``: run an answer cell.
-* ``{"op": "call", "id": n, "name": f, "args": [...], "kwargs": {...}}``: call ``f``.
+* on CTL_IN: ``{"op": "init", ...}`` (paths, limits, forbidden functions; answered on
+  CTL_OUT when ready), ``{"op": "spawn"}``, ``{"op": "kill"}``; CTL_OUT reports
+  ``{"event": "exit", "code": n}`` (negative: killed by signal -n);
+* on REQ, for the student process (which first sends ``{"id": 0, ...}`` when ready):
+  ``{"op": "exec", "id": n, "key": cell id, "source": code}`` runs an answer cell;
+  ``{"op": "call", "id": n, "name": f, "args": [...], "kwargs": [[k, v], ...]}`` calls ``f``.
 
 Responses: ``{"id": n, "ok": true, "value": V}`` or
 ``{"id": n, "ok": false, "error": {"type", "mro", "message", "traceback"}}``.
@@ -313,17 +322,8 @@ def _prctl_hardening() -> list[str]:
     return []
 
 
-def main(argv: list[str]) -> int:
-    fd_in, fd_out = int(argv[1]), int(argv[2])
-    rfile = os.fdopen(fd_in, "rb")
-    wfile = os.fdopen(fd_out, "wb")
-    dumps, loads = json.dumps, json.loads
-
-    def respond(obj):
-        wfile.write(dumps(obj).encode() + b"\n")
-        wfile.flush()
-
-    init = loads(rfile.readline())
+def _setup(init: dict) -> list[str]:
+    """Everything before student code: imports, forbidden functions, limits, the uid."""
     sys.path[:] = list(init["sys_path"])
     sys.meta_path.insert(0, _BlockCourseLib)
     warnings = []
@@ -362,6 +362,19 @@ def main(argv: list[str]) -> int:
     warnings += _set_limits(limits)
     if init.get("chdir"):
         os.chdir(init["chdir"])
+    init["_dropped"] = dropped
+    return warnings
+
+
+def _serve(fd_req: int, fd_resp: int) -> int:
+    """The student process: run answer cells and calls until the requests end."""
+    rfile = os.fdopen(fd_req, "rb")
+    wfile = os.fdopen(fd_resp, "wb")
+    dumps, loads = json.dumps, json.loads
+
+    def respond(obj):
+        wfile.write(dumps(obj).encode() + b"\n")
+        wfile.flush()
 
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     namespace["get_ipython"] = lambda: _IPythonStub(namespace)
@@ -371,7 +384,7 @@ def main(argv: list[str]) -> int:
             print(repr(obj))
 
     namespace["display"] = display
-    respond({"id": 0, "ok": True, "value": {"t": "none"}, "warnings": warnings[:20]})
+    respond({"id": 0, "ok": True, "value": {"t": "none"}})
 
     import linecache
 
@@ -382,8 +395,6 @@ def main(argv: list[str]) -> int:
         req = loads(line)
         rid = req.get("id", -1)
         op = req.get("op")
-        if op == "exit":
-            return 0
         try:
             if op == "exec":
                 filename = f"<answer cell {req['key']}>"
@@ -414,6 +425,104 @@ def main(argv: list[str]) -> int:
             continue
         _flush()
         respond({"id": rid, "ok": True, "value": value})
+
+
+def _zygote(fds: list[int], init: dict, ctl_out) -> int:
+    """Fork a fresh student process on request ("spawn"); kill it on request ("kill"); report
+    how each one ended. The zygote never runs student code, so a crash or a hang costs a
+    fork, not a new sandbox and a new torch import."""
+    import select
+    import signal
+
+    fd_req, fd_resp, fd_ctl_in, _ = fds
+    sweep = bool(init.get("sweep"))  # a uid or PID namespace of our own: kill(-1) hits only this sandbox
+    child = pidfd = None
+    buf = b""
+
+    def report(obj):
+        ctl_out.write(json.dumps(obj).encode() + b"\n")
+        ctl_out.flush()
+
+    def reap(pid):
+        _, status = os.waitpid(pid, 0)
+        for target in (-pid, -1) if sweep else (-pid,):
+            for _ in range(3):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except OSError:
+                    break
+        while True:  # reap whatever else ended
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        return os.waitstatus_to_exitcode(status)
+
+    while True:
+        watch = [fd_ctl_in] + ([pidfd] if pidfd is not None else [])
+        timeout = 0.05 if child is not None and pidfd is None else None
+        ready, _, _ = select.select(watch, [], [], timeout)
+        if child is not None and (pidfd in ready if pidfd is not None else os.waitpid(child, os.WNOHANG)[0] != 0):
+            code = reap(child)
+            if pidfd is not None:
+                os.close(pidfd)
+            child = pidfd = None
+            report({"event": "exit", "code": code})
+        if fd_ctl_in not in ready:
+            continue
+        chunk = os.read(fd_ctl_in, 65536)
+        if not chunk:  # the checker is gone
+            if child is not None:
+                os.kill(-child, signal.SIGKILL)
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            op = json.loads(line).get("op")
+            if op == "spawn" and child is None:
+                pid = os.fork()
+                if pid == 0:  # the student process
+                    code = 1
+                    try:
+                        os.setpgid(0, 0)
+                        os.close(fds[2])
+                        os.close(fds[3])
+                        code = _serve(fd_req, fd_resp)
+                    finally:
+                        _flush()
+                        os._exit(code)
+                child = pid
+                try:
+                    pidfd = os.pidfd_open(pid)
+                except (AttributeError, OSError):
+                    pidfd = None
+            elif op == "kill" and child is not None:
+                try:
+                    os.kill(-child, signal.SIGKILL)
+                except OSError:
+                    pass
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def main(argv: list[str]) -> int:
+    fds = [int(a) for a in argv[1:5]]  # requests, responses, control in, control out
+    ctl_out = os.fdopen(fds[3], "wb")
+    line = b""
+    while not line.endswith(b"\n"):  # unbuffered: nothing after the init line is consumed
+        chunk = os.read(fds[2], 1)
+        if not chunk:
+            return 1
+        line += chunk
+    init = json.loads(line)
+    warnings = _setup(init)
+    init["sweep"] = init.get("sweep") or init.get("_dropped", False)
+    ctl_out.write(json.dumps({"id": 0, "ok": True, "value": {"t": "none"}, "warnings": warnings[:20]}).encode() + b"\n")
+    ctl_out.flush()
+    return _zygote(fds, init, ctl_out)
 
 
 if __name__ == "__main__":

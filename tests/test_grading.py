@@ -1,0 +1,407 @@
+"""Graded exercises without the sandbox: the solution format, `course release`, the wire
+format, comparisons, report escaping, and a student's self-check with nbval."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.cli import main as course_main
+from course_lib.grading.compare import compare_values
+from course_lib.grading.format import FormatError, load_assignment, parse_assignment
+from course_lib.grading.grade import read_submission
+from course_lib.grading.release import make_stub, release, release_notebook
+from course_lib.grading.report import code_block, render_markdown, sanitize
+from course_lib.grading.sandbox import choose_mode
+from course_lib.grading.sandbox_worker import encode
+from course_lib.grading.wire import ProtocolError, parse_response, to_python
+from course_lib.notebooks import check_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "02_transformer.ipynb"
+EXERCISE = ROOT / "exercises" / "02_transformer.ipynb"
+
+
+def _solution_nb() -> dict:
+    return json.loads(SOLUTION.read_text())
+
+
+def _cells(nb, tag):
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def _src(cell) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+# --- the format and `course release` ---------------------------------------------------------
+
+
+def test_solution_notebook_is_valid():
+    a = load_assignment(SOLUTION)
+    assert a.name == "02_transformer" and a.max_points == 12
+    assert [e.id for e in a.exercises] == ["causal-mask", "positional-encoding", "attention", "heads"]
+    assert a.exercise("heads").functions == ("split_heads", "merge_heads")
+    assert sum(c.hidden for c in a.checks) == 7 and sum(not c.hidden for c in a.checks) == 5
+    assert "torch.nn.functional.scaled_dot_product_attention" in a.forbid
+
+
+def test_exercises_are_up_to_date(tmp_path):
+    target, fresh = release(SOLUTION, EXERCISE.parent, check=True)
+    assert fresh, "exercises/02_transformer.ipynb is out of date: run `course release --all`"
+    # deterministic: a fresh release elsewhere is byte-identical
+    target2, fresh2 = release(SOLUTION, tmp_path)
+    assert not fresh2 and target2.read_bytes() == EXERCISE.read_bytes()
+    assert course_main(["release", "--all", "--check"]) == 0
+
+
+def test_release_check_notices_a_stale_copy(tmp_path, capsys):
+    (tmp_path / "02_transformer.ipynb").write_text(EXERCISE.read_text().replace("Exercise 1", "Exercise one"))
+    assert course_main(["release", "02_transformer", "--check", "--exercises", str(tmp_path)]) == 1
+    assert "OUT OF DATE" in capsys.readouterr().out
+
+
+def test_released_notebook_holds_no_solution():
+    sol, ex = _solution_nb(), json.loads(EXERCISE.read_text())
+    released = "\n".join(_src(c) for c in ex["cells"])
+    visible = {ln.strip() for c in _cells(sol, "check") for ln in _src(c).splitlines()}
+    for cell in _cells(sol, "hidden-check") + _cells(sol, "solution-only"):
+        for line in _src(cell).splitlines():
+            if len(line.strip()) > 20 and line.strip() not in visible:
+                assert line.strip() not in released, line
+    for cell in _cells(sol, "answer"):
+        body = [ln.strip() for ln in _src(cell).splitlines() if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))]
+        for line in body:
+            assert line not in released, f"solution line released: {line}"
+    assert not _cells(ex, "hidden-check") and not _cells(ex, "solution-only")
+    for cell in ex["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None
+    assert ex["metadata"]["course"]["assignment"] == "02_transformer"
+
+
+def test_stubs_keep_signatures_and_raise():
+    sol, ex = _solution_nb(), json.loads(EXERCISE.read_text())
+    pre: dict = {}
+    for cell in _cells(sol, "preamble"):
+        exec(_src(cell), pre)
+    ref_ns, stub_ns = dict(pre), dict(pre)
+    for cell in _cells(sol, "answer"):
+        exec(_src(cell), ref_ns)
+    stubs = _cells(ex, "answer")
+    assert [c["id"] for c in stubs] == [c["id"] for c in _cells(sol, "answer")]
+    for cell in stubs:
+        assert cell["metadata"]["course"]["answer"] == cell["id"]
+        exec(_src(cell), stub_ns)
+    for name in ["causal_mask", "sinusoidal_encoding", "scaled_dot_product_attention", "split_heads", "merge_heads"]:
+        assert inspect.signature(stub_ns[name]) == inspect.signature(ref_ns[name])
+        assert stub_ns[name].__doc__ == ref_ns[name].__doc__
+        args = [torch.ones(2, 3, 4)] * len(inspect.signature(stub_ns[name]).parameters)
+        with pytest.raises(NotImplementedError, match="exercise"):
+            stub_ns[name](*args)
+
+
+def test_notebooks_follow_the_hygiene_rules():
+    assert check_notebook(SOLUTION) == []
+    assert check_notebook(EXERCISE) == []
+
+
+def test_make_stub_variants():
+    src = '''
+import math
+from torch import nn
+
+def _helper(x):
+    return x
+
+@staticmethod
+def f(a, b=2):  # comment
+    """Doc."""
+    return a + b
+
+def g(x): return x * 2
+
+async def h():
+    return 1
+'''
+    stub = make_stub(src, exercise_title="T")
+    assert "import math" in stub and "from torch import nn" in stub
+    assert "_helper" not in stub and "return a + b" not in stub and "x * 2" not in stub
+    ns: dict = {}
+    exec(stub, ns)
+    assert inspect.signature(ns["g"]) == inspect.signature(lambda x: None)
+    for fn, args in ((ns["f"], (1,)), (ns["g"], (1,))):
+        with pytest.raises(NotImplementedError, match="exercise 'T'"):
+            fn(*args)
+    assert ns["f"].__doc__ == "Doc." and "@staticmethod" in stub
+
+
+def test_reference_answers_agree_with_course_lib():
+    """The answers are written out, but must agree with the library's implementations."""
+    from course_lib.nn import MultiHeadAttention, attention_explicit, causal_mask, sinusoidal_table
+
+    ns: dict = {}
+    for cell in _cells(_solution_nb(), "preamble") + _cells(_solution_nb(), "answer"):
+        exec(_src(cell), ns)
+    for length, key_length in [(1, 1), (5, 5), (3, 8)]:
+        assert torch.equal(ns["causal_mask"](length, key_length), causal_mask(length, key_length=key_length))
+    for max_len, d_model in [(1, 2), (37, 10), (200, 64)]:
+        torch.testing.assert_close(ns["sinusoidal_encoding"](max_len, d_model), sinusoidal_table(max_len, d_model))
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    mask = torch.rand(2, 1, 5, 7) < 0.5
+    mask[0, 0, 2] = False  # a fully masked row
+    out, w = ns["scaled_dot_product_attention"](q, k, v, mask)
+    ref_out, ref_w = attention_explicit(q, k, v, mask)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(w, ref_w)
+    mha = MultiHeadAttention(12, 4)
+    x = torch.randn(2, 5, 12)
+    assert torch.equal(ns["split_heads"](x, 4), mha.split_heads(x))
+    assert torch.equal(ns["merge_heads"](mha.split_heads(x)), mha.merge_heads(mha.split_heads(x)))
+
+
+def _mutate(fn):
+    nb = _solution_nb()
+    fn(nb)
+    return nb
+
+
+def _cell(nb, cid):
+    return next(c for c in nb["cells"] if c.get("id") == cid)
+
+
+def _set(cid, key, value):
+    def edit(nb):
+        meta = _cell(nb, cid)["metadata"].setdefault("course", {})
+        if value is None:
+            meta.pop(key, None)
+        else:
+            meta[key] = value
+
+    return edit
+
+
+def _tags(cid, tags):
+    def edit(nb):
+        _cell(nb, cid)["metadata"]["tags"] = tags
+
+    return edit
+
+
+def _source(cid, src):
+    def edit(nb):
+        _cell(nb, cid)["source"] = src
+
+    return edit
+
+
+def _move_first(cid):
+    def edit(nb):
+        cell = _cell(nb, cid)
+        nb["cells"].remove(cell)
+        nb["cells"].insert(1, cell)
+
+    return edit
+
+
+def _delete(*cids):
+    def edit(nb):
+        nb["cells"] = [c for c in nb["cells"] if c.get("id") not in cids]
+
+    return edit
+
+
+BROKEN = {
+    "exercise without points": (_set("ex-causal-mask", "points", None), "exercise 'causal-mask' course.points must be a number"),
+    "check without id": (_set("causal-mask-check", "id", None), "check needs metadata course.id"),
+    "check without points": (_set("causal-mask-check", "points", None), "check 'causal-mask-small' course.points must be a number"),
+    "duplicate check id": (_set("causal-mask-hidden", "id", "causal-mask-small"), "duplicate check id 'causal-mask-small'"),
+    "duplicate exercise id": (_set("ex-heads", "id", "attention"), "duplicate exercise id 'attention'"),
+    "hidden check before any exercise": (_move_first("causal-mask-hidden"), "hidden-check cell before any exercise header"),
+    "exercise without answer": (_delete("heads-answer"), "exercise 'heads': has no answer cell"),
+    "exercise without checks": (_delete("heads-check", "heads-hidden"), "exercise 'heads': has no checks"),
+    "points do not add up": (_set("heads-hidden", "points", 3), "its checks' points add up to 4, but the exercise is worth 2"),
+    "misspelt tag": (_tags("heads-hidden", ["hiden-check"]), "unknown tag 'hiden-check'; did you mean 'hidden-check'?"),
+    "two roles": (_tags("heads-hidden", ["check", "hidden-check"]), "a cell has one role"),
+    "class in answer": (_source("heads-answer", "class Heads:\n    pass\n\ndef split_heads(x, n):\n    return x\n\ndef merge_heads(x):\n    return x"), "answer defines class(es) ['Heads']"),
+    "answer without function": (_source("heads-answer", "x = 1"), "answer cell defines no public top-level function"),
+    "answer imports course_lib": (_source("causal-mask-answer", "from course_lib.nn import causal_mask"), "the reference answer imports course_lib"),
+    "check uses undefined name": (_source("heads-check", "assert split_heads(y, 2) is not None"), "uses ['y'], which it does not define"),
+    "check calls nothing": (_source("heads-check", "assert torch.ones(1) is not None"), "calls none of its exercise's functions"),
+    "answer does not parse": (_source("heads-answer", "def split_heads(x:\n"), "answer cell does not parse"),
+    "no assignment metadata": (lambda nb: nb["metadata"].pop("course"), "the notebook metadata has no 'course' entry"),
+    "wrong assignment name": (lambda nb: nb["metadata"]["course"].update(assignment="03_bert"), "metadata course.assignment is '03_bert'"),
+    "no set-up cell": (_delete("setup"), "the first code cell must be the set-up cell"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_release_rejects_broken_solutions(name):
+    edit, expected = BROKEN[name]
+    with pytest.raises(FormatError) as info:
+        release_notebook(_mutate(edit), SOLUTION)
+    assert any(expected in p for p in info.value.problems), info.value.problems
+
+
+def test_release_cli_prints_every_problem(tmp_path, capsys):
+    nb = _mutate(_set("heads-hidden", "points", 3))
+    _set("causal-mask-check", "id", None)(nb)
+    (tmp_path / "02_transformer.ipynb").write_text(json.dumps(nb))
+    code = course_main(["release", "02_transformer", "--solutions", str(tmp_path), "--exercises", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1 and "2 problem(s)" in err and "course.id" in err and "add up to 4" in err
+    assert not (tmp_path / "out").exists()
+
+
+# --- reading submissions, the wire format, comparisons, reports --------------------------------
+
+
+def test_read_submission_finds_answers_by_id_then_marker(tmp_path):
+    nb = json.loads(EXERCISE.read_text())
+    for cell in nb["cells"]:
+        if cell.get("id") == "heads-answer":
+            cell["id"] = "renamed"
+            cell["source"] = "def split_heads(x, n): pass"
+    path = tmp_path / "s.ipynb"
+    path.write_text(json.dumps(nb))
+    sub = read_submission(str(path))
+    answers = sub.answers_for(load_assignment(SOLUTION))
+    assert sub.error is None and sub.assignment == "02_transformer"
+    assert answers["heads-answer"] == "def split_heads(x, n): pass"
+    assert "NotImplementedError" in answers["causal-mask-answer"]
+
+
+def _resp(obj) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def test_wire_round_trip():
+    value = (torch.randn(2, 3), torch.tensor([True, False]), torch.arange(4, dtype=torch.int32), [1, 2.5, None, "s"], {"a": math.nan})
+    resp = parse_response(_resp({"id": 3, "ok": True, "value": encode(value)}), 3)
+    back = to_python(resp["value"])
+    assert isinstance(back, tuple) and torch.equal(back[0], value[0]) and torch.equal(back[1], value[1])
+    assert back[2].dtype == torch.int32 and back[3] == [1, 2.5, None, "s"] and math.isnan(back[4]["a"])
+    empty = to_python(parse_response(_resp({"id": 0, "ok": True, "value": encode(torch.zeros(0, 3))}), 0)["value"])
+    assert empty.shape == (0, 3)
+
+
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (b"not json", "not valid JSON"),
+        (b'{"id": 1, "ok": true, "value": {"t": "none"}, "passed": true}', "does not match the schema"),
+        (b'{"id": 2, "ok": true, "value": {"t": "none"}}', "while waiting for 1"),
+        (b'{"id": 1, "ok": true}', "does not match the schema"),
+        (b'{"id": 1, "ok": true, "value": {"t": "pickle", "v": "gASV"}}', "does not match the schema"),
+        (b'{"id": 1, "ok": true, "value": {"t": "float", "v": NaN}}', "not valid JSON"),
+        (b'{"id": 1, "ok": true, "value": ' + b'{"t": "list", "items": [' * 200 + b'{"t": "none"}' + b"]}" * 200 + b"}", "nested too deeply"),
+        (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
+        (b'{"id": 1, "ok": false, "error": {"type": "E", "mro": [], "message": "' + b"x" * 30000 + b'"}}', "does not match the schema"),
+    ],
+)
+def test_wire_rejects_bad_responses(line, reason):
+    with pytest.raises(ProtocolError, match=reason):
+        parse_response(line, 1)
+
+
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ({"t": "tensor", "dtype": "float32", "shape": [2, 2], "data": "AAAA"}, "needs 16"),
+        ({"t": "tensor", "dtype": "float32", "shape": [1], "data": "!!!!"}, "not base64"),
+        ({"t": "dict", "items": [["a", {"t": "none"}], ["a", {"t": "none"}]]}, "sent twice"),
+    ],
+)
+def test_wire_rejects_bad_values(value, reason):
+    resp = parse_response(_resp({"id": 1, "ok": True, "value": value}), 1)
+    with pytest.raises(ProtocolError, match=reason):
+        to_python(resp["value"])
+
+
+def test_compare_tolerances_and_kinds():
+    ref = torch.tensor([1.0, 2.0, 3.0])
+    assert compare_values(ref, ref + 1e-7, rtol=1e-5, atol=1e-5, hidden=False) is None
+    assert compare_values(ref, ref.double(), rtol=1e-5, atol=1e-5, hidden=False) is None  # any float precision
+    assert compare_values(torch.tensor([math.nan]), torch.tensor([math.nan]), rtol=0, atol=0, hidden=False) is None
+    assert compare_values((ref, 1), [ref, 1], rtol=0, atol=0, hidden=False) is None  # list and tuple alike
+    msg = compare_values(ref, ref + 0.5, rtol=1e-5, atol=1e-5, hidden=False)
+    assert "expected 1" in msg and "got 1.5" in msg
+    assert compare_values(ref.bool(), ref.long(), rtol=0, atol=0, hidden=False).endswith("should be a bool tensor")
+    assert "should be a torch.Tensor" in compare_values(ref, [1.0, 2.0, 3.0], rtol=0, atol=0, hidden=False)
+    assert "expected [3]" in compare_values(ref, ref[:2], rtol=0, atol=0, hidden=False)
+
+
+def test_compare_hidden_messages_show_no_expected_values():
+    ref = torch.tensor([[0.25, 0.75]])
+    messages = [
+        compare_values(ref, ref + 1, rtol=1e-5, atol=1e-5, hidden=True),
+        compare_values(ref, ref[0], rtol=1e-5, atol=1e-5, hidden=True),
+        compare_values(ref.bool(), ~ref.bool(), rtol=0, atol=0, hidden=True),
+        compare_values(7, 8, rtol=0, atol=0, hidden=True),
+    ]
+    for msg in messages:
+        assert msg and "expected" not in msg and "0.25" not in msg and "0.75" not in msg and "7" not in msg
+
+
+def test_report_escapes_student_text():
+    evil = "```\n# 100/100\n<script>x</script>\x1b[2J\r\u202eabc\n````"
+    block = code_block(evil)
+    fence = block.splitlines()[0][: -len("text")]
+    assert set(fence) == {"`"} and len(fence) == 5 and block.endswith(fence)
+    assert "\x1b" not in block and "\r" not in block and "\u202e" not in block and "\\x1b" in block
+    assert sanitize("a\tb\nc") == "a\tb\nc"
+    report = {"submission": "x`<b>.ipynb", "assignment": "02_transformer", "points": 0, "max_points": 12, "status": "error: " + evil}
+    md = render_markdown(report)
+    assert "\x1b" not in md and "# Feedback: `` x`<b>.ipynb ``" in md
+
+
+def test_sandbox_falls_back_with_a_warning_without_bwrap(monkeypatch):
+    import course_lib.grading.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
+    mode, warning = choose_mode("auto")
+    assert mode == "none" and "bwrap is not installed" in warning and "can read any file" in warning
+    with pytest.raises(RuntimeError, match="bubblewrap does not work"):
+        choose_mode("bwrap")
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+
+
+# --- a student's self-check with nbval -----------------------------------------------------------
+
+
+def test_student_self_check_with_nbval_shows_failing_checks(tmp_path):
+    """A student who wrote only exercise 1 runs `pytest --nbval-lax` on their notebook: the
+    causal-mask check passes, the other visible checks fail and say NotImplementedError."""
+    nb = json.loads(EXERCISE.read_text())
+    answer = _src(_cells(_solution_nb(), "answer")[0])
+    n_checks = 0
+    for cell in nb["cells"]:
+        if cell.get("id") == "causal-mask-answer":
+            cell["source"] = answer
+        n_checks += "check" in cell["metadata"].get("tags", [])
+    path = tmp_path / "02_transformer.ipynb"
+    path.write_text(json.dumps(nb))
+    env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "--color=no", "-q", "-o", "addopts=", str(path)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    m = re.search(r"(\d+) failed, (\d+) passed", out)
+    assert m, out[-3000:]
+    assert int(m.group(1)) == n_checks - 1 == 4
+    assert "NotImplementedError" in out and "write scaled_dot_product_attention() here" in out

@@ -1,0 +1,333 @@
+"""`course grade` end to end: honest, partial, adversarial and broken submissions, graded
+in one batch with --jobs 2 in bubblewrap, again without a sandbox, and the edge cases of
+the command (rerun into the same folder, submission time limit, exit codes)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from course_lib.grading.sandbox import OUTPUT_KEEP, Sandbox, bwrap_status
+
+from grading_fixtures.cases import ALL_CHECKS, CHECKS, FILE_CASES, MARKER, SOLUTION, Case, graded_cases
+
+HAVE_BWRAP, BWRAP_REASON = bwrap_status()
+needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")
+CHECK_TIMEOUT = "3"
+
+
+def course_grade(subs, out, *extra, env=None, timeout=900):
+    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs), "--out", str(out), *extra]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def read_rows(out: Path) -> list[dict]:
+    with open(out / "grades.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def report(out: Path, name: str) -> dict:
+    return json.loads((out / name / "report.json").read_text())
+
+
+def leftover_processes() -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if MARKER in cmdline and "pytest" not in cmdline:
+                found.append(f"{pid}: {cmdline}")
+    return found
+
+
+class Listener:
+    """A TCP server on the host's loopback: the sandbox must not reach it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.settimeout(1)
+            try:
+                self.received.append(conn.recv(100))
+            except OSError:
+                self.received.append(b"<connected>")
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join(timeout=2)
+        self.sock.close()
+
+
+# --- the main batch: bubblewrap, --jobs 2 -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    if not HAVE_BWRAP:
+        pytest.skip(f"bubblewrap unusable here: {BWRAP_REASON}")
+    folder = tmp_path_factory.mktemp("submissions")
+    out = tmp_path_factory.mktemp("grades")
+    listener = Listener()
+    cases = [c for c in graded_cases(listener.port) if "bwrap" in c.modes]
+    paths = [c.write(folder) for c in cases]
+    for name, (writer, _) in FILE_CASES.items():
+        writer(folder / f"{name}.ipynb")
+        paths.append(folder / f"{name}.ipynb")
+    proc, elapsed = course_grade(paths, out, "--assignment", "02_transformer", "--jobs", "2", "--check-timeout", CHECK_TIMEOUT)
+    listener.close()
+    print(f"\nbatch of {len(paths)} submissions (--jobs 2): {elapsed:.1f} s")
+    return {"proc": proc, "out": out, "cases": {c.name: c for c in cases}, "paths": paths, "listener": listener}
+
+
+def test_batch_exit_code_and_one_row_per_submission(batch):
+    proc, out = batch["proc"], batch["out"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "grades.csv").read_text().splitlines()[0] == "submission,assignment,points,max_points,status"
+    rows = read_rows(out)
+    assert [r["submission"] for r in rows] == [str(p) for p in batch["paths"]]
+    for path in batch["paths"]:
+        assert (out / path.stem / "report.json").is_file() and (out / path.stem / "report.md").is_file()
+
+
+@pytest.mark.parametrize("name", [c.name for c in graded_cases(0) if "bwrap" in c.modes])
+def test_batch_exact_points(batch, name):
+    case = batch["cases"][name]
+    row = next(r for r in read_rows(batch["out"]) if Path(r["submission"]).stem == name)
+    rep = report(batch["out"], name)
+    failing = case.failing_checks()
+    got = {c["id"]: c["passed"] for c in rep["checks"]}
+    assert list(got) == ALL_CHECKS
+    assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
+    assert row["status"] == "graded" and row["max_points"] == "12"
+    assert int(row["points"]) == case.expected_points() == rep["points"]
+
+
+@pytest.mark.parametrize("name", list(FILE_CASES))
+def test_batch_bad_files_get_an_error_row(batch, name):
+    row = next(r for r in read_rows(batch["out"]) if Path(r["submission"]).stem == name)
+    assert row["status"].startswith(FILE_CASES[name][1]), row
+    assert row["points"] == "0" and row["max_points"] == "12"
+    md = (batch["out"] / name / "report.md").read_text()
+    assert "could not grade" in md
+
+
+def messages(out, name) -> dict[str, str]:
+    return {c["id"]: c["message"] for c in report(out, name)["checks"]}
+
+
+def test_batch_failure_messages_say_why(batch):
+    out = batch["out"]
+    assert "not implemented yet" in messages(out, "stub")["attention-basic"]
+    hangs = messages(out, "hangs")
+    assert "did not finish within the time limit" in hangs["causal-mask-small"]
+    assert "timed out" in hangs["positional-encoding-small"] and "while running the cell" in hangs["positional-encoding-small"]
+    crashes = messages(out, "crashes")
+    assert "SIGSEGV" in crashes["causal-mask-small"] and "exit status 3" in crashes["attention-basic"]
+    assert "exit status 3" in crashes["attention-masks"] and "raised SystemExit" in crashes["heads-small"]
+    assert "sandbox running your code ended" in crashes["positional-encoding-small"]  # it killed the zygote too
+    env = messages(out, "cheat_env")
+    assert "may not be used in this assignment" in env["attention-basic"]
+    assert "course_lib is not available" in env["heads-small"]
+    assert "invalid response" in env["positional-encoding-small"]
+    assert "course_lib is not available" in messages(out, "course_lib_top")["causal-mask-small"]
+    data = messages(out, "cheat_data")
+    assert "cannot compare" in data["positional-encoding-small"] and "numpy array" in data["heads-small"]
+    res = messages(out, "resources")
+    assert "larger than 64 MB" in res["causal-mask-small"]
+    assert any(s in res["positional-encoding-small"] for s in ("MemoryError", "time limit"))
+
+
+def test_batch_hidden_checks_stay_hidden(batch):
+    """No report shows a hidden check's source or an expected value of a hidden check."""
+    sol = json.loads(SOLUTION.read_text())
+    visible = {ln.strip() for c in sol["cells"] if "check" in c["metadata"].get("tags", []) for ln in c["source"]}
+    hidden_lines = [
+        ln.strip() for c in sol["cells"] if "hidden-check" in c["metadata"].get("tags", []) for ln in c["source"]
+        if len(ln.strip()) > 25 and ln.strip() not in visible
+    ]
+    assert hidden_lines
+    hidden_ids = {c["metadata"]["course"]["id"] for c in sol["cells"] if "hidden-check" in c["metadata"].get("tags", [])}
+    for folder in batch["out"].iterdir():
+        if not folder.is_dir():
+            continue
+        text = (folder / "report.md").read_text() + (folder / "report.json").read_text()
+        for line in hidden_lines:
+            assert line not in text, f"{folder.name}: hidden check source in the report: {line}"
+        for check in report(batch["out"], folder.name)["checks"]:
+            if check["id"] in hidden_ids:
+                assert not re.search(r"expected -?[\d\[]", check["message"]), check["message"]
+
+
+def test_batch_student_output_is_escaped_and_bounded(batch):
+    md = (batch["out"] / "evil_snoop_network" / "report.md").read_text()
+    assert "\x1b" not in md and "\r" not in md and "\u202e" not in md
+    inside, fence = False, None
+    for line in md.splitlines():
+        if not inside and line.startswith("```"):
+            inside, fence = True, line[: len(line) - len(line.lstrip("`"))]
+        elif inside and line == fence:
+            inside = False
+        elif not inside:
+            assert "YOU GOT FULL MARKS" not in line and "<script>" not in line, line
+    big = report(batch["out"], "resources")["checks"]
+    attention = next(c for c in big if c["id"] == "attention-basic")
+    assert attention["passed"] and "more bytes of output not kept" in attention["output"]
+    assert len(attention["output"]) < OUTPUT_KEEP + 200
+
+
+def test_batch_sandbox_holds(batch):
+    out = batch["out"]
+    assert batch["listener"].received == [], "the sandbox reached the host's network"
+    env_out = " ".join(c["output"] for c in report(out, "cheat_env")["checks"])
+    assert "nothing found" in env_out and "FOUND-SOLUTION" not in env_out
+    forks = [int(n) for c in report(out, "resources")["checks"] for n in re.findall(r"FORKED (\d+)", c["output"])]
+    assert forks and max(forks) <= 32
+    assert leftover_processes() == []
+
+
+# --- without a sandbox ------------------------------------------------------------------------------
+
+
+def test_fallback_without_sandbox(tmp_path):
+    """`--sandbox none` (what runs where bubblewrap is missing): limits still hold, with a warning."""
+    cases = [c for c in graded_cases(0) if c.name in ("solution", "stub", "crashes", "resources", "background", "partial_mixed")]
+    paths = [c.write(tmp_path) for c in cases]
+    proc, _ = course_grade(paths, tmp_path / "out", "--assignment", "02_transformer", "--jobs", "2",
+                           "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "warning: bubblewrap (bwrap) is not usable here" in proc.stderr
+    rows = {Path(r["submission"]).stem: r for r in read_rows(tmp_path / "out")}
+    for case in cases:
+        rep = report(tmp_path / "out", case.name)
+        assert rep["sandbox"] == "none" and any("not usable" in w for w in rep["warnings"])
+        assert int(rows[case.name]["points"]) == case.expected_points(), {c["id"]: c["message"] for c in rep["checks"]}
+    if os.geteuid() == 0:  # as root the student code still runs under its own uid: processes are bounded
+        forks = [int(n) for c in report(tmp_path / "out", "resources")["checks"] for n in re.findall(r"FORKED (\d+)", c["output"])]
+        assert forks and max(forks) <= 32
+    assert leftover_processes() == []
+
+
+# --- the command's other promises ---------------------------------------------------------------------
+
+
+def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path):
+    """Without --assignment the assignment comes from each notebook's metadata."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    paths = [Case("solution").write(subs), Case("partial_mixed", answers=graded_cases(0)[4].answers).write(subs)]
+    FILE_CASES["other_assignment"][0](subs / "other.ipynb")
+    FILE_CASES["no_answers"][0](subs / "plain.ipynb")
+    paths += [subs / "other.ipynb", subs / "plain.ipynb"]
+    out = tmp_path / "out"
+    snapshots = []
+    for _ in range(2):
+        proc, _ = course_grade(paths, out, "--jobs", "2", "--check-timeout", CHECK_TIMEOUT)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        snapshots.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
+    assert snapshots[0] == snapshots[1]
+    rows = read_rows(out)
+    assert [r["points"] for r in rows[:2]] == ["12", "8"]
+    assert rows[2]["status"] == "error: unknown assignment '03_bert' in the notebook's metadata"
+    assert rows[3]["status"].startswith("error: cannot tell which assignment")
+
+
+def test_submission_time_limit_keeps_earlier_credit(tmp_path):
+    loop = "def sinusoidal_encoding(max_len, d_model):\n    while True:\n        pass\n"
+    path = Case("slow", answers={"positional-encoding-answer": loop}).write(tmp_path)
+    proc, elapsed = course_grade([path], tmp_path / "out", "--timeout", "15")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = report(tmp_path / "out", "slow")
+    assert rep["points"] == 2  # the causal mask, graded before the loop
+    msgs = {c["id"]: c["message"] for c in rep["checks"]}
+    assert "did not finish" in msgs["positional-encoding-small"]
+    assert all("time limit was reached" in msgs[c] for c in CHECKS["attention"] + CHECKS["heads"])
+    assert elapsed < 120
+
+
+def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path):
+    sub = Case("solution").write(tmp_path)
+    proc, _ = course_grade([sub], tmp_path / "out", "--assignment", "99_nothing")
+    assert proc.returncode == 1 and "unknown assignment '99_nothing'" in proc.stderr
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    proc, _ = course_grade([sub], not_a_dir, "--assignment", "02_transformer")
+    assert proc.returncode == 1 and "cannot write to the output folder" in proc.stderr
+    env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on the PATH
+    proc, _ = course_grade([sub], tmp_path / "out", "--sandbox", "bwrap", env=env)
+    assert proc.returncode == 1 and "bubblewrap does not work here" in proc.stderr
+    proc, _ = course_grade([tmp_path / "missing.ipynb"], tmp_path / "out2")
+    assert proc.returncode == 0 and read_rows(tmp_path / "out2")[0]["status"] == "error: file not found"
+
+
+@needs_bwrap
+def test_sandbox_sees_no_solutions_no_network_and_no_course_lib():
+    box = Sandbox("bwrap")
+    box.start(time.monotonic() + 120)
+    probe = f'''
+import os, socket
+def probe():
+    out = {{"root": sorted(os.listdir("/")), "cwd": os.getcwd(), "uid": os.getuid()}}
+    out["solution_visible"] = os.path.exists({str(SOLUTION)!r})
+    out["repo_visible"] = os.path.exists({str(SOLUTION.parents[1] / "course_lib")!r})
+    try:
+        socket.create_connection(("127.0.0.1", 22), timeout=1)
+        out["network"] = "connected"
+    except OSError as exc:
+        out["network"] = type(exc).__name__
+    try:
+        import course_lib
+        out["course_lib"] = "imported"
+    except ImportError as exc:
+        out["course_lib"] = str(exc)
+    try:
+        open("/usr/evil", "w")
+        out["usr_writable"] = True
+    except OSError:
+        out["usr_writable"] = False
+    return out
+'''
+    try:
+        assert box.request({"op": "exec", "key": "probe", "source": probe}, time.monotonic() + 30).ok
+        result = box.request({"op": "call", "name": "probe", "args": [], "kwargs": []}, time.monotonic() + 30)
+    finally:
+        box.kill()
+    from course_lib.grading.wire import to_python
+
+    seen = to_python(result.value)
+    assert seen["solution_visible"] is False and seen["repo_visible"] is False
+    assert seen["network"] != "connected" and "course_lib is not available" in seen["course_lib"]
+    assert seen["usr_writable"] is False and seen["cwd"] == "/tmp"
+    assert "work" not in seen["root"] or not seen["repo_visible"]
+    if os.geteuid() == 0:
+        assert seen["uid"] != 0
