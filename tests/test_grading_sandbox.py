@@ -28,10 +28,23 @@ CHECK_TIMEOUT = "3"
 
 
 def course_grade(subs, out, *extra, env=None, timeout=900):
+    """`course grade` as a separate command, exactly as users and outside tests call it."""
     cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs), "--out", str(out), *extra]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     return proc, time.monotonic() - start
+
+
+def course_grade_here(capsys, subs, out, *extra):
+    """The same command in this process (it still starts its checkers and sandboxes as
+    separate processes), saving the start of a Python that imports torch."""
+    from course_lib.cli import main as course_main
+
+    capsys.readouterr()
+    start = time.monotonic()
+    code = course_main(["grade", *map(str, subs), "--out", str(out), *extra])
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess([], code, captured.out, captured.err), time.monotonic() - start
 
 
 def read_rows(out: Path) -> list[dict]:
@@ -219,12 +232,12 @@ def test_batch_sandbox_holds(batch):
 # --- without a sandbox ------------------------------------------------------------------------------
 
 
-def test_fallback_without_sandbox(tmp_path):
+def test_fallback_without_sandbox(tmp_path, capsys):
     """`--sandbox none` (what runs where bubblewrap is missing): limits still hold, with a warning."""
-    cases = [c for c in graded_cases(0) if c.name in ("solution", "stub", "crashes", "resources", "background", "partial_mixed")]
+    cases = [c for c in graded_cases(0) if c.name in ("solution", "crashes", "resources", "background")]
     paths = [c.write(tmp_path) for c in cases]
-    proc, _ = course_grade(paths, tmp_path / "out", "--assignment", "02_transformer", "--jobs", "2",
-                           "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
+    proc, _ = course_grade_here(capsys, paths, tmp_path / "out", "--assignment", "02_transformer", "--jobs", "2",
+                                "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning: bubblewrap (bwrap) is not usable here" in proc.stderr
     rows = {Path(r["submission"]).stem: r for r in read_rows(tmp_path / "out")}
@@ -240,32 +253,47 @@ def test_fallback_without_sandbox(tmp_path):
 
 # --- the command's other promises ---------------------------------------------------------------------
 
+ALL_SOLUTIONS = sorted((SOLUTION.parent).glob("*.ipynb"))
 
-def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path):
+
+@pytest.mark.parametrize("solution", ALL_SOLUTIONS, ids=[p.stem for p in ALL_SOLUTIONS])
+def test_every_solution_gets_full_marks_and_its_stub_zero(solution, tmp_path, capsys):
+    stub = SOLUTION.parents[1] / "exercises" / solution.name
+    sol_copy, stub_copy = tmp_path / "solution.ipynb", tmp_path / "stub.ipynb"
+    shutil.copy(solution, sol_copy)
+    shutil.copy(stub, stub_copy)
+    proc, _ = course_grade_here(capsys, [sol_copy, stub_copy], tmp_path / "out", "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_rows(tmp_path / "out")
+    assert rows[0]["points"] == rows[0]["max_points"] != "0", report(tmp_path / "out", "solution")["checks"]
+    assert rows[1]["points"] == "0" and rows[1]["status"] == "graded"
+
+
+def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     """Without --assignment the assignment comes from each notebook's metadata."""
     subs = tmp_path / "subs"
     subs.mkdir()
-    paths = [Case("solution").write(subs), Case("partial_mixed", answers=graded_cases(0)[4].answers).write(subs)]
+    paths = [Case("partial_mixed", answers=graded_cases(0)[4].answers).write(subs)]
     FILE_CASES["other_assignment"][0](subs / "other.ipynb")
     FILE_CASES["no_answers"][0](subs / "plain.ipynb")
     paths += [subs / "other.ipynb", subs / "plain.ipynb"]
     out = tmp_path / "out"
     snapshots = []
     for _ in range(2):
-        proc, _ = course_grade(paths, out, "--jobs", "2", "--check-timeout", CHECK_TIMEOUT)
+        proc, _ = course_grade_here(capsys, paths, out, "--check-timeout", CHECK_TIMEOUT)
         assert proc.returncode == 0, proc.stderr[-3000:]
         snapshots.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
     assert snapshots[0] == snapshots[1]
     rows = read_rows(out)
-    assert [r["points"] for r in rows[:2]] == ["12", "8"]
-    assert rows[2]["status"] == "error: unknown assignment '03_bert' in the notebook's metadata"
-    assert rows[3]["status"].startswith("error: cannot tell which assignment")
+    assert rows[0]["points"] == "8" and rows[0]["assignment"] == "02_transformer"
+    assert rows[1]["status"] == "error: unknown assignment '03_bert' in the notebook's metadata"
+    assert rows[2]["status"].startswith("error: cannot tell which assignment")
 
 
-def test_submission_time_limit_keeps_earlier_credit(tmp_path):
+def test_submission_time_limit_keeps_earlier_credit(tmp_path, capsys):
     loop = "def sinusoidal_encoding(max_len, d_model):\n    while True:\n        pass\n"
     path = Case("slow", answers={"positional-encoding-answer": loop}).write(tmp_path)
-    proc, elapsed = course_grade([path], tmp_path / "out", "--timeout", "15")
+    proc, elapsed = course_grade_here(capsys, [path], tmp_path / "out", "--timeout", "15", "--check-timeout", "60")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = report(tmp_path / "out", "slow")
     assert rep["points"] == 2  # the causal mask, graded before the loop
@@ -275,23 +303,40 @@ def test_submission_time_limit_keeps_earlier_credit(tmp_path):
     assert elapsed < 120
 
 
-def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path):
-    sub = Case("solution").write(tmp_path)
-    proc, _ = course_grade([sub], tmp_path / "out", "--assignment", "99_nothing")
-    assert proc.returncode == 1 and "unknown assignment '99_nothing'" in proc.stderr
+def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypatch, capsys):
+    """The command's exit codes (run in-process: none of these starts a sandbox)."""
+    import course_lib.grading.sandbox as sandbox
+    from course_lib.cli import main as course_main
+
+    sub = str(Case("solution").write(tmp_path))
+    assert course_main(["grade", sub, "--out", str(tmp_path / "o1"), "--assignment", "99_nothing"]) == 1
+    assert "unknown assignment '99_nothing'" in capsys.readouterr().err
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    proc, _ = course_grade([sub], not_a_dir, "--assignment", "02_transformer")
-    assert proc.returncode == 1 and "cannot write to the output folder" in proc.stderr
-    env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on the PATH
-    proc, _ = course_grade([sub], tmp_path / "out", "--sandbox", "bwrap", env=env)
-    assert proc.returncode == 1 and "bubblewrap does not work here" in proc.stderr
-    proc, _ = course_grade([tmp_path / "missing.ipynb"], tmp_path / "out2")
-    assert proc.returncode == 0 and read_rows(tmp_path / "out2")[0]["status"] == "error: file not found"
+    assert course_main(["grade", sub, "--out", str(not_a_dir), "--assignment", "02_transformer"]) == 1
+    assert "cannot write to the output folder" in capsys.readouterr().err
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on the PATH
+    assert course_main(["grade", sub, "--out", str(tmp_path / "o2"), "--sandbox", "bwrap"]) == 1
+    assert "bubblewrap does not work here" in capsys.readouterr().err
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    assert course_main(["grade", str(tmp_path / "missing.ipynb"), "--out", str(tmp_path / "o3")]) == 0
+    assert read_rows(tmp_path / "o3")[0]["status"] == "error: file not found"
+    with pytest.raises(SystemExit):  # argparse: --out is required
+        course_main(["grade", sub])
 
 
 @needs_bwrap
-def test_sandbox_sees_no_solutions_no_network_and_no_course_lib():
+@pytest.mark.parametrize("as_root", [True, False], ids=["root", "unprivileged-style"])
+def test_sandbox_sees_no_solutions_no_network_and_no_course_lib(as_root, monkeypatch):
+    """The bubblewrap sandbox, as root (uid drop) and as an unprivileged grader would run it
+    (its own user namespace, no uid change)."""
+    import course_lib.grading.sandbox as sandbox
+
+    if not as_root:
+        monkeypatch.setattr(sandbox, "_is_root", lambda: False)
+    elif os.geteuid() != 0:
+        pytest.skip("needs root")
     box = Sandbox("bwrap")
     box.start(time.monotonic() + 120)
     probe = f'''
@@ -329,5 +374,5 @@ def probe():
     assert seen["network"] != "connected" and "course_lib is not available" in seen["course_lib"]
     assert seen["usr_writable"] is False and seen["cwd"] == "/tmp"
     assert "work" not in seen["root"] or not seen["repo_visible"]
-    if os.geteuid() == 0:
+    if as_root:
         assert seen["uid"] != 0

@@ -78,7 +78,9 @@ notebook*, in the grader's own process:
 A check therefore needs no expected values: write it as a normal test of the function's
 behaviour on several inputs (sizes, masks, padding, error cases), with asserts that make
 sense in the student's notebook too. Each check runs on its own: define its inputs inside
-it (``course release`` reports any name a check uses but does not define).
+it (``course release`` reports any name a check uses but does not define). Students see
+the message of a failed assert (``assert cond, "message"``) of hidden checks too, but not
+the code: write messages that explain the requirement, not the expected values.
 
 How to write an exercise (the short guide)
 ------------------------------------------

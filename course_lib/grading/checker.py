@@ -96,7 +96,7 @@ def _seed_everything(seed: int) -> None:
         np.random.seed(seed % 2**32)
 
 
-_MAGIC = re.compile(r"^\s*[%!]|=\s*[%!]|\?\s*$", re.M)
+_MAGIC = re.compile(r"^\s*[%!]|=\s*[%!]", re.M)
 
 
 def _ipython_to_python(source: str) -> str:
@@ -252,6 +252,8 @@ class StudentFunction:
             run.dropped += dropped
             if exc.kind == "timeout":
                 run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
+                if self._deadline[0] >= run.deadline:
+                    raise CheckFailure(f"{call} did not finish before the submission's time limit was reached") from None
                 raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
             raise CheckFailure(f"{call}: {exc.reason}") from None
         run.call_output.append(outcome.output)

@@ -226,7 +226,7 @@ def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker
 
 def _pids_of_uid(uid: int) -> list[int]:
     pids = []
-    for name in os.listdir("/proc"):
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not name.isdigit():
             continue
         try:

@@ -293,7 +293,9 @@ def _set_nproc(nproc: int, *, relative: bool) -> list[str]:
 
     if relative:  # not root: the limit counts every task (process or thread) of this user
         uid = os.getuid()
-        for pid in os.listdir("/proc"):
+        if not os.path.isdir("/proc"):
+            nproc += 1024  # no /proc to count them: a loose bound
+        for pid in os.listdir("/proc") if os.path.isdir("/proc") else []:
             if not pid.isdigit():
                 continue
             try:
