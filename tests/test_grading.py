@@ -343,6 +343,8 @@ def test_compare_tolerances_and_kinds():
     assert compare_values(ref.bool(), ref.long(), rtol=0, atol=0, hidden=False).endswith("should be a bool tensor")
     assert "should be a torch.Tensor" in compare_values(ref, [1.0, 2.0, 3.0], rtol=0, atol=0, hidden=False)
     assert "expected [3]" in compare_values(ref, ref[:2], rtol=0, atol=0, hidden=False)
+    nan = compare_values(ref, torch.tensor([1.0, math.nan, 3.0]), rtol=1e-5, atol=1e-5, hidden=True)
+    assert nan == "the result contains NaN at 1 of 3 positions where it should be finite"
 
 
 def test_compare_hidden_messages_show_no_expected_values():

@@ -47,6 +47,10 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
             close = torch.isclose(s, r, rtol=rtol, atol=atol, equal_nan=True)
             if bool(close.all()):
                 return None
+            bad_nan = (s.isnan() & ~r.isnan()) | (s.isinf() & r.isfinite())
+            if bool(bad_nan.any()):
+                what = "NaN" if bool(s.isnan()[bad_nan].any()) else "inf"
+                return f"{where} contains {what} at {int(bad_nan.sum())} of {r.numel()} positions where it should be finite"
             if hidden:
                 return f"{where} has wrong values (compared with rtol={rtol:g}, atol={atol:g})"
             bad = ~close

@@ -1,9 +1,13 @@
 """Run student code in a separate, limited process: bubblewrap where it works, else rlimits.
 
-One :class:`Sandbox` is one Python process running ``sandbox_worker.py`` for one
-submission. The checker sends it requests (run this answer cell, call this function with
-these arguments) and waits for each answer with a deadline; what the student prints is
-read from a separate pipe and kept up to a limit.
+One :class:`Sandbox` serves one submission. It starts ``sandbox_worker.py``, which imports
+torch, sets the limits, drops privileges and then waits as a *zygote*: the student's code
+runs in a process forked from it (:meth:`Sandbox.spawn`). The checker sends that process
+requests (run this answer cell, call this function with these arguments) and waits for
+each answer with a deadline; what the student prints is read from a separate pipe and kept
+up to a limit. When the student process crashes or runs out of time, the zygote kills it
+and everything it started, and the next check gets a fresh fork in milliseconds instead of
+a new sandbox (about 1.5 s of torch import).
 
 Isolation, with bubblewrap (``mode="bwrap"``):
 
