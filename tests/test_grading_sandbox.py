@@ -326,6 +326,25 @@ def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypa
         course_main(["grade", sub])
 
 
+def test_a_sandbox_that_cannot_start_gives_error_rows_not_zeros(tmp_path, monkeypatch, capsys):
+    """A broken sandbox is the grader's failure: the submission gets an error row, not 0 points."""
+    import course_lib.grading.sandbox as sandbox
+
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor last; do :; done\n[ "$last" = /bin/true ] && exit 0\necho "bwrap: broken" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    sub = Case("solution").write(tmp_path)
+    proc, _ = course_grade_here(capsys, [sub], tmp_path / "out", "--sandbox", "bwrap")
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    assert proc.returncode == 0, proc.stderr
+    row = read_rows(tmp_path / "out")[0]
+    assert row["status"].startswith("error: grader failure: GraderFailure: the sandbox did not start"), row
+    assert "bwrap: broken" in row["status"]
+
+
 @needs_bwrap
 @pytest.mark.parametrize("as_root", [True, False], ids=["root", "unprivileged-style"])
 def test_sandbox_sees_no_solutions_no_network_and_no_course_lib(as_root, monkeypatch):

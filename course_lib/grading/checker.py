@@ -39,7 +39,7 @@ from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_su
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 from .sandbox_worker import decode
 
-__all__ = ["CheckFailure", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
+__all__ = ["CheckFailure", "GraderFailure", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
 MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
 MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
@@ -49,6 +49,11 @@ MESSAGE_LIMIT = 2000
 
 class CheckFailure(BaseException):
     """A check failed because of the student's code (BaseException: no ``except Exception`` swallows it)."""
+
+
+class GraderFailure(RuntimeError):
+    """The grader could not grade this submission (not the student's doing): the sandbox did
+    not start, or the instructor's preamble failed in it. The submission gets an error row."""
 
 
 class _Lost(BaseException):
@@ -161,7 +166,9 @@ class _Run:
                     box.start(deadline)
             except SandboxLost as exc:
                 self.drop_sandbox()
-                raise _Lost(exc) from None
+                if exc.kind == "timeout" and deadline >= self.deadline:
+                    raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached")) from None
+                raise GraderFailure(exc.reason) from None
             for w in box.warnings:
                 if w not in self.warnings:
                     self.warnings.append(w)
@@ -170,10 +177,10 @@ class _Run:
                     out = box.request({"op": "exec", "key": f"preamble-{i}", "source": src}, self._answer_deadline())
                     if not out.ok:
                         self.drop_sandbox()
-                        raise RuntimeError(f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}")
+                        raise GraderFailure(f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}")
             except SandboxLost as exc:  # the preamble itself timed out or crashed
                 self.drop_sandbox()
-                raise _Lost(exc) from None
+                raise GraderFailure(f"the instructor's preamble cell did not run in the sandbox: {exc.reason}") from None
             for state in self.answers.values():
                 if not state.found or state.poisoned:
                     continue
@@ -348,6 +355,8 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         message = exc.lost.reason
     except AssertionError as exc:
         message = _assert_message(exc, check)
+    except GraderFailure:
+        raise
     except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
         message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
     output, dropped = "".join(run.call_output), run.dropped

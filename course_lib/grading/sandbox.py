@@ -426,9 +426,11 @@ class Sandbox:
         try:
             ready = self._wait_ctl(deadline)
         except SandboxLost as exc:
-            out = self._take_output()[0]
+            code = self.proc.poll()
+            why = f"exit status {code}" if code is not None else exc.reason
+            out = self._take_output()[0].strip()
             self.kill()
-            raise SandboxLost("start", f"the sandbox did not start ({exc.reason}){': ' + out[-500:] if out else ''}") from None
+            raise SandboxLost(exc.kind if exc.kind == "timeout" else "start", f"the sandbox did not start ({why}){': ' + out[-500:] if out else ''}") from None
         self._take_output()
         self.warnings = list(ready.get("warnings", []))
         self.spawn(deadline)
