@@ -156,8 +156,9 @@ class _Run:
             self.starts += 1
             deadline = min(time.monotonic() + START_TIMEOUT, self.deadline)
             box = self.sandbox
+            fresh = box is None or not box.alive
             try:
-                if box is not None and box.alive:
+                if not fresh:
                     box.spawn(deadline)
                 else:
                     if box is not None:
@@ -168,6 +169,8 @@ class _Run:
                 self.drop_sandbox()
                 if exc.kind == "timeout" and deadline >= self.deadline:
                     raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached")) from None
+                if not fresh:  # a fork from the zygote failed: what the last student process left behind
+                    raise _Lost(exc) from None
                 raise GraderFailure(exc.reason) from None
             for w in box.warnings:
                 if w not in self.warnings:
