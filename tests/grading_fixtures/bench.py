@@ -59,14 +59,13 @@ def per_submission(repeats: int = 5) -> None:
         timings["total"].append(time.perf_counter() - t)
         assert result["points"] == 12, result
     cpu = (_self_cpu() - cpu0) / repeats
-    start_cpu = _sandbox_start_cpu(mode)
     sandbox.Sandbox.start, sandbox.Sandbox.spawn = orig_start, orig_spawn
     med = {k: statistics.median(v) for k, v in timings.items()}
     print(f"sandbox: {mode}; median of {repeats} gradings of the solution (12 checks)")
     print(f"  start sandbox + zygote (torch import): {med['start']:.2f} s (includes the first fork: {med['spawn']:.3f} s)")
     print(f"  answers + 12 checks + cleanup:         {med['total'] - med['start']:.2f} s")
     print(f"  total per submission:                  {med['total']:.2f} s wall")
-    print(f"  CPU: {start_cpu:.2f} s to start a sandbox (Python + torch import), {cpu:.2f} s in the checker per submission")
+    print(f"  CPU of the checker (reference answers, comparisons, JSON, cleanup): {cpu:.2f} s per submission")
     print(f"  (load average now: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
 
 
@@ -104,27 +103,6 @@ def batch(n: int, jobs: int) -> None:
 def _self_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def _sandbox_start_cpu(mode: str, repeats: int = 3) -> float:
-    """CPU seconds of starting the sandbox's Python and importing torch in it (a run that
-    exits normally, so that its CPU time is counted; killed sandboxes are not)."""
-    import course_lib.grading.sandbox as sandbox
-
-    paths = sandbox._python_paths()
-    if mode == "bwrap":
-        import shutil
-
-        cmd = sandbox._bwrap_prefix(shutil.which("bwrap"), tmpfs_mb=8, extra_dirs=sandbox._needed_dirs(paths)) + ["--"]
-    else:
-        cmd = []
-    code = f"import sys; sys.path[:] = {paths!r}; import torch, torch.nn.functional"
-    cmd += [sys.executable, "-I", "-S", "-c", code]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    for _ in range(repeats):
-        subprocess.run(cmd, check=True, env={"OMP_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "")})
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / repeats
 
 
 if __name__ == "__main__":
