@@ -70,7 +70,7 @@ def write_atomic(path: Path, text: str) -> None:
 def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
     """The student's feedback: totals, then each exercise's checks, what failed and why."""
     titles = titles or {}
-    lines = [f"# Feedback: {_inline(report['submission'])}", ""]
+    lines = [f"# Feedback: {_inline(Path(str(report['submission'])).name)}", ""]
     lines.append(f"Assignment: **{report['assignment'] or 'unknown'}**  ")
     lines.append(f"Score: **{format_points(report['points'])} / {format_points(report['max_points'])}**")
     lines.append("")

@@ -493,6 +493,10 @@ def _tamper_checks(nb: dict) -> None:
             cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "all checks passed\n"}]
             cell["metadata"]["course"]["points"] = 1000
             cell["metadata"]["tags"] = ["check", "raises-exception", "nbval-skip"]
+    nb["cells"] = [c for c in nb["cells"] if c.get("id") != "heads-check"]  # a deleted check
+    moved = next(c for c in nb["cells"] if c.get("id") == "attention-check-basic")  # a reordered one
+    nb["cells"].remove(moved)
+    nb["cells"].insert(0, moved)
     nb["cells"].append({"cell_type": "code", "id": "extra-check", "metadata": {"tags": ["check"], "course": {"id": "free-points", "points": 100}},
                         "source": "assert True", "execution_count": 1, "outputs": []})
     nb["metadata"]["kernelspec"] = {"name": "evil", "display_name": "evil", "language": "python"}
@@ -500,11 +504,13 @@ def _tamper_checks(nb: dict) -> None:
 
 
 def _scramble_ids(nb: dict) -> None:
-    """Answer cells recreated by the student: new cell ids, the answer marker in the metadata kept."""
+    """Answer cells recreated by the student: new cell ids, the answer marker in the metadata
+    kept, and every cell in reverse order."""
     for i, cell in enumerate(nb["cells"]):
         if cell.get("id") and "answer" in cell["metadata"].get("tags", []):
             cell["id"] = f"new-id-{i}"
             cell["metadata"]["tags"] = []
+    nb["cells"].reverse()
 
 
 def _drop_markers(nb: dict) -> None:
