@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -53,15 +54,29 @@ def cache_dir() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=1)
 def source_fingerprint() -> str:
-    """SHA-256 over course_lib's Python sources: a code change invalidates every cached model."""
+    """SHA-256 over the source files of the course_lib modules loaded right now.
+
+    A change to any code the current program uses invalidates its cached models; a change
+    to a module it never imported (another chapter's model) does not.
+    """
     root = Path(__file__).resolve().parent
+    files = set()
+    for name, module in list(sys.modules.items()):
+        if name == "course_lib" or name.startswith("course_lib."):
+            path = getattr(module, "__file__", None)
+            if path:
+                files.add(Path(path).resolve())
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(files):
         h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
+        h.update(_file_bytes(path))
     return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _file_bytes(path: Path) -> bytes:
+    return path.read_bytes()
 
 
 def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "cpu") -> str:

@@ -129,3 +129,25 @@ def test_parity_with_torch_multihead_attention():
     assert (fast - ref_out).abs().max() <= TOL
     assert (w - ref_w).abs().max() <= TOL
     assert (ours_c - ref_c).abs().max() <= TOL
+
+
+def test_ablate_heads_zeroes_exactly_those_heads():
+    from course_lib.nn import ablate_heads
+
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    full, _ = mha(x)
+    with ablate_heads(mha, range(4)):
+        none, _ = mha(x)
+    assert torch.allclose(none, mha.w_o.bias.expand_as(none))  # only the bias is left
+    with ablate_heads(mha, [1]):
+        part, _ = mha(x)
+    # by linearity of W_O: full - part is exactly head 1's contribution
+    q, k, v = (mha.split_heads(f(x)) for f in (mha.w_q, mha.w_k, mha.w_v))
+    heads, _ = attention(q, k, v)
+    contrib = heads[:, 1].transpose(0, 1).reshape(5, 2, 4).transpose(0, 1) @ mha.w_o.weight[:, 4:8].T
+    assert (full - part - contrib).abs().max() < 1e-5
+    after, _ = mha(x)
+    assert torch.equal(after, full)  # the hook is gone
+    with pytest.raises(ValueError, match="out of range"):
+        ablate_heads(mha, [4])

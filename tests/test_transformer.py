@@ -158,3 +158,16 @@ def test_learned_positions_and_tied_embeddings():
     m = Transformer(tiny(positional="learned", tie_embeddings=True))
     assert m.generator.weight is m.tgt_embed.weight
     assert m(torch.randint(1, 19, (2, 5)), torch.randint(1, 19, (2, 3))).shape == (2, 3, 19)
+
+
+def test_paper_sized_parameter_counts():
+    """The stacks match torch.nn.Transformer's 44,140,544 (which adds a final LayerNorm per stack)."""
+    paper = Transformer(TransformerConfig(share_embeddings=True))
+    stacks = sum(p.numel() for p in [*paper.encoder.parameters(), *paper.decoder.parameters()])
+    assert stacks == 44_138_496
+    assert stacks + 2 * 2 * 512 == sum(p.numel() for p in nn.Transformer().parameters())
+    # one shared 37000 x 512 table (+ the output bias): 63.1M, the paper's "65M"
+    assert paper.num_parameters() == 44_138_496 + 37000 * 512 + 37000
+    assert paper.src_embed.weight is paper.tgt_embed.weight is paper.generator.weight
+    with pytest.raises(ValueError, match="one vocabulary"):
+        TransformerConfig(src_vocab_size=10, tgt_vocab_size=11, share_embeddings=True)

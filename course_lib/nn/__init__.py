@@ -2,6 +2,7 @@
 
 from .attention import (
     MultiHeadAttention,
+    ablate_heads,
     attention,
     attention_explicit,
     attention_fast,
@@ -14,6 +15,7 @@ from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 __all__ = [
     "MultiHeadAttention",
+    "ablate_heads",
     "attention",
     "attention_explicit",
     "attention_fast",

@@ -37,6 +37,7 @@ __all__ = [
     "combine_masks",
     "check_mask",
     "MultiHeadAttention",
+    "ablate_heads",
 ]
 
 
@@ -257,3 +258,36 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         out, weights = attention(q, k, v, mask, causal=causal, dropout_p=p, return_weights=return_weights)
         return self.w_o(self.merge_heads(out)), weights
+
+
+class ablate_heads:
+    """Context manager: zero the given heads' outputs (before ``W_O``) in a MultiHeadAttention.
+
+    ``with ablate_heads(model.decoder.layers[1].cross_attn, [0, 2]): ...`` runs the model as if
+    those heads had produced zeros, which measures how much the model relies on them.
+    """
+
+    def __init__(self, mha: MultiHeadAttention, heads):
+        self.mha = mha
+        self.heads = sorted(set(int(h) for h in heads))
+        bad = [h for h in self.heads if not 0 <= h < mha.n_heads]
+        if bad:
+            raise ValueError(f"heads {bad} out of range 0..{mha.n_heads - 1}")
+        self._handle = None
+
+    def _hook(self, module, args):
+        (x,) = args
+        x = x.clone()
+        for h in self.heads:
+            x[..., h * self.mha.d_head : (h + 1) * self.mha.d_head] = 0
+        return (x,)
+
+    def __enter__(self):
+        self._handle = self.mha.w_o.register_forward_pre_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        return False

@@ -1,0 +1,93 @@
+"""Plots shared by the chapters: attention heatmaps and grids of heads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["plot_attention", "plot_heads", "to_numpy"]
+
+
+def to_numpy(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().float().cpu().numpy()
+    return np.asarray(x)
+
+
+def plot_attention(
+    weights,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    *,
+    ax=None,
+    title: str | None = None,
+    xlabel: str = "key (attended to)",
+    ylabel: str = "query (attending)",
+    annotate: bool = False,
+    cmap: str = "Blues",
+    vmax: float | None = 1.0,
+):
+    """Heatmap of one ``[query, key]`` attention matrix; rows are queries."""
+    import matplotlib.pyplot as plt
+
+    w = to_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"plot_attention needs a [query, key] matrix, got shape {w.shape}")
+    if ax is None:
+        size = (0.35 * w.shape[1] + 1.6, 0.35 * w.shape[0] + 1.2)
+        _, ax = plt.subplots(figsize=(max(size[0], 3), max(size[1], 2.5)))
+    im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
+    if x_labels is not None:
+        ax.set_xticks(range(len(x_labels)), list(x_labels), rotation=90 if max(map(len, x_labels), default=0) > 3 else 0)
+    if y_labels is not None:
+        ax.set_yticks(range(len(y_labels)), list(y_labels))
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7, color="white" if w[i, j] > 0.6 else "black")
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def plot_heads(
+    weights,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    *,
+    title: str | None = None,
+    ncols: int | None = None,
+):
+    """One heatmap per head of a ``[heads, query, key]`` tensor, side by side."""
+    import matplotlib.pyplot as plt
+
+    w = to_numpy(weights)
+    if w.ndim != 3:
+        raise ValueError(f"plot_heads needs [heads, query, key], got shape {w.shape}")
+    h = w.shape[0]
+    ncols = ncols or h
+    nrows = -(-h // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.6 * ncols, 2.6 * nrows), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(w[i], cmap="Blues", vmin=0, vmax=1, aspect="auto")
+        ax.set_title(f"head {i}", fontsize=9)
+        if x_labels is not None:
+            ax.set_xticks(range(len(x_labels)), list(x_labels), fontsize=7)
+        else:
+            ax.set_xticks([])
+        if y_labels is not None and i % ncols == 0:
+            ax.set_yticks(range(len(y_labels)), list(y_labels), fontsize=7)
+        else:
+            ax.set_yticks([])
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,130 @@
+r"""Attention explorer: pick a kind of attention, a layer, a head and a softmax temperature.
+
+Temperature acts on the weights the model produced: since
+:math:`\mathrm{softmax}(s / T) = \mathrm{softmax}(\log \mathrm{softmax}(s) / T)`, re-normalising
+:math:`w^{1/T}` over the same row gives exactly the weights the scores would have had at
+temperature ``T``. ``T < 1`` sharpens the distribution towards its arg-max, ``T > 1``
+flattens it towards uniform; masked keys (weight 0) stay at 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..viz import plot_attention, to_numpy
+
+__all__ = ["apply_temperature", "AttentionExplorer", "transformer_attention"]
+
+
+def apply_temperature(weights, temperature: float) -> np.ndarray:
+    """Re-normalise attention rows as if the scores had been divided by ``temperature``."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    w = to_numpy(weights).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        logw = np.log(w) / temperature
+    top = np.max(logw, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(logw - top)
+    z = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
+
+
+@torch.no_grad()
+def transformer_attention(model, src, tgt, index: int = 0) -> dict[str, list[torch.Tensor]]:
+    """Attention weights of an encoder-decoder :class:`~course_lib.models.transformer.Transformer`
+    for example ``index``: ``{kind: [layer -> [heads, query, key]]}`` with real tokens only."""
+    was_training = model.training
+    model.eval()
+    _, w = model(src, tgt, return_weights=True)
+    model.train(was_training)
+    pad = model.config.pad_id
+    ns = int((src[index] != pad).sum())
+    nt = int((tgt[index] != pad).sum())
+    return {
+        "encoder self-attention": [x[index, :, :ns, :ns].cpu() for x in w["encoder"]],
+        "decoder self-attention": [x[index, :, :nt, :nt].cpu() for x in w["decoder_self"]],
+        "encoder-decoder attention": [x[index, :, :nt, :ns].cpu() for x in w["decoder_cross"]],
+    }
+
+
+class AttentionExplorer:
+    """Browse attention maps.
+
+    Args:
+        weights: ``{kind: [one [heads, query, key] tensor per layer]}``.
+        labels: ``{kind: (key_labels, query_labels)}`` (token strings for the axes).
+    """
+
+    def __init__(self, weights: Mapping[str, Sequence], labels: Mapping[str, tuple[Sequence[str], Sequence[str]]]):
+        if not weights:
+            raise ValueError("AttentionExplorer needs at least one kind of attention")
+        self.weights = {k: [to_numpy(x) for x in v] for k, v in weights.items()}
+        for kind, layers in self.weights.items():
+            if not layers or any(x.ndim != 3 for x in layers):
+                raise ValueError(f"{kind!r}: expected a list of [heads, query, key] arrays, one per layer")
+        missing = set(self.weights) - set(labels)
+        if missing:
+            raise ValueError(f"no axis labels for {sorted(missing)}")
+        self.labels = {k: (list(labels[k][0]), list(labels[k][1])) for k in self.weights}
+        self.kinds = list(self.weights)
+        self.n_layers = {k: len(v) for k, v in self.weights.items()}
+        self.n_heads = {k: v[0].shape[0] for k, v in self.weights.items()}
+        self.last: np.ndarray | None = None  # the matrix shown most recently
+        self.draws = 0
+
+    def matrix(self, kind: str, layer: int, head: int, temperature: float = 1.0) -> np.ndarray:
+        """The ``[query, key]`` matrix for a kind, layer and head at a temperature."""
+        if kind not in self.weights:
+            raise ValueError(f"unknown kind {kind!r}; choose one of {self.kinds}")
+        if not 0 <= layer < self.n_layers[kind]:
+            raise ValueError(f"layer {layer} out of range 0..{self.n_layers[kind] - 1}")
+        if not 0 <= head < self.n_heads[kind]:
+            raise ValueError(f"head {head} out of range 0..{self.n_heads[kind] - 1}")
+        return apply_temperature(self.weights[kind][layer][head], temperature)
+
+    def draw(self, kind: str, layer: int, head: int, temperature: float = 1.0):
+        """Plot one map; returns the matplotlib figure."""
+        import matplotlib.pyplot as plt
+
+        m = self.matrix(kind, layer, head, temperature)
+        self.last = m
+        self.draws += 1
+        xl, yl = self.labels[kind]
+        fig, ax = plt.subplots(figsize=(0.32 * len(xl) + 2.4, 0.32 * len(yl) + 1.4))
+        plot_attention(m, xl, yl, ax=ax, title=f"{kind}, layer {layer}, head {head}, T = {temperature:.2g}")
+        fig.tight_layout()
+        return fig
+
+    def widget(self, kind: str | None = None):
+        """An ipywidgets box: kind, layer, head, temperature controls over a live plot."""
+        import ipywidgets as widgets
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        kind = kind or self.kinds[0]
+        self.kind_w = widgets.Dropdown(options=self.kinds, value=kind, description="attention")
+        self.layer_w = widgets.IntSlider(value=0, min=0, max=self.n_layers[kind] - 1, description="layer")
+        self.head_w = widgets.IntSlider(value=0, min=0, max=self.n_heads[kind] - 1, description="head")
+        self.temp_w = widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.05, description="temperature")
+        self.out = widgets.Output()
+
+        def on_kind(change):
+            k = change["new"]
+            self.layer_w.max = self.n_layers[k] - 1
+            self.head_w.max = self.n_heads[k] - 1
+
+        def render(kind, layer, head, temperature):
+            fig = self.draw(kind, layer, head, temperature)
+            display(fig)
+            plt.close(fig)
+
+        self.kind_w.observe(on_kind, names="value")
+        self.out = widgets.interactive_output(
+            render, {"kind": self.kind_w, "layer": self.layer_w, "head": self.head_w, "temperature": self.temp_w}
+        )
+        controls = widgets.VBox([self.kind_w, self.layer_w, self.head_w, self.temp_w])
+        return widgets.HBox([controls, self.out])

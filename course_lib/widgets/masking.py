@@ -1,0 +1,314 @@
+r"""BERT widgets: watch the masking recipe at work, and browse a BERT's attention.
+
+**Masking widget.** Type a sentence, set the masking rate, redraw. Each token (besides
+``[CLS]`` and ``[SEP]``) is chosen with probability :math:`p`; a chosen token then becomes
+``[MASK]`` (80%), a random token (10%) or stays itself (10%), exactly as in pretraining
+(:func:`course_lib.mlm.mask_tokens`). The table shows what the model reads and, at every
+chosen position, its top-:math:`k` predictions
+
+.. math:: p(x_i = w \mid \tilde x) = \mathrm{softmax}(\mathrm{MLMHead}(h_i))_w .
+
+**Attention viewer.** :func:`bert_attention` turns a BERT's attention weights for one or
+more sentences into the input of :class:`~course_lib.widgets.attention.AttentionExplorer`
+(one "kind" per sentence), so picking a layer and a head shows that head's map over the
+tokens.
+
+The logic (``MaskingWidget.draw``, ``bert_attention``) runs without a notebook; ``widget()``
+only wires ipywidgets controls to it.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..mlm import KEPT, MASKED, RANDOM, mask_tokens
+from .attention import AttentionExplorer
+
+__all__ = ["TokenRow", "MaskingDraw", "MaskingWidget", "bert_attention", "bert_attention_explorer"]
+
+_ACTION_NAMES = {0: "", MASKED: "[MASK]", RANDOM: "random", KEPT: "kept"}
+
+
+@dataclass
+class TokenRow:
+    """One token of a masking draw."""
+
+    token: str  # the original token
+    chosen: bool  # picked for prediction (its label counts in the loss)
+    action: str  # "[MASK]", "random", "kept", or "" when not chosen
+    shown: str  # what the model reads at this position
+    predictions: list[tuple[str, float]] = field(default_factory=list)  # top-k (token, probability) when chosen
+
+    @property
+    def correct(self) -> bool | None:
+        """Whether the top prediction is the original token (None when not chosen)."""
+        return None if not self.chosen else bool(self.predictions) and self.predictions[0][0] == self.token
+
+
+@dataclass
+class MaskingDraw:
+    """The outcome of one draw: a row per token plus the tensors behind it."""
+
+    text: str
+    rate: float
+    seed: int
+    rows: list[TokenRow]
+    input_ids: Tensor  # [seq] the original ids, [CLS] ... [SEP]
+    masked_ids: Tensor  # [seq] what the model reads
+    actions: Tensor  # [seq] 0 not chosen, MASKED, RANDOM, KEPT
+
+    @property
+    def n_chosen(self) -> int:
+        return sum(r.chosen for r in self.rows)
+
+    def counts(self) -> dict[str, int]:
+        """How many chosen tokens became [MASK], a random token, or were kept."""
+        return {name: sum(r.action == name for r in self.rows) for name in ("[MASK]", "random", "kept")}
+
+    def accuracy(self) -> float | None:
+        """Share of chosen tokens whose top prediction is right (None when nothing was chosen)."""
+        chosen = [r for r in self.rows if r.chosen]
+        return sum(bool(r.correct) for r in chosen) / len(chosen) if chosen else None
+
+    def to_text(self) -> str:
+        """A plain-text table (what the widget shows, for printing)."""
+        lines = [f"{'token':>14} {'chosen':>6} {'became':>7} {'model reads':>12}  top predictions"]
+        for r in self.rows:
+            preds = ", ".join(f"{t} {p:.2f}" for t, p in r.predictions)
+            lines.append(f"{r.token:>14} {'yes' if r.chosen else '':>6} {r.action:>7} {r.shown:>12}  {preds}")
+        acc = self.accuracy()
+        c = self.counts()
+        lines.append(
+            f"chosen {self.n_chosen} of {len(self.rows)} tokens: {c['[MASK]']} [MASK], {c['random']} random, {c['kept']} kept"
+            + (f"; top-1 right at {acc:.0%} of them" if acc is not None else "")
+        )
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        """An HTML table: chosen rows highlighted, right top predictions in green."""
+        colours = {"[MASK]": "#dbe9ff", "random": "#ffe3c4", "kept": "#e4f5dc", "": "transparent"}
+        head = "<tr><th>token</th><th>chosen</th><th>became</th><th>model reads</th><th>top predictions</th></tr>"
+        body = []
+        for r in self.rows:
+            preds = ", ".join(
+                (f"<b style='color:#1a7f37'>{html.escape(t)}</b>" if t == r.token else html.escape(t)) + f" {p:.2f}"
+                for t, p in r.predictions
+            )
+            body.append(
+                f"<tr style='background:{colours[r.action]}'><td>{html.escape(r.token)}</td><td>{'yes' if r.chosen else ''}</td>"
+                f"<td>{html.escape(r.action)}</td><td><code>{html.escape(r.shown)}</code></td><td>{preds}</td></tr>"
+            )
+        c = self.counts()
+        acc = self.accuracy()
+        summary = (
+            f"<p>chosen {self.n_chosen} of {len(self.rows)} tokens: {c['[MASK]']} [MASK], {c['random']} random, "
+            f"{c['kept']} kept" + (f"; top-1 right at {acc:.0%} of them" if acc is not None else "") + "</p>"
+        )
+        return f"<table style='font-family:monospace;font-size:12px'>{head}{''.join(body)}</table>{summary}"
+
+
+def _special_ids(tokenizer) -> dict[str, int]:
+    from ..data import special_ids
+
+    return special_ids(tokenizer)
+
+
+class MaskingWidget:
+    """Mask a sentence as BERT's pretraining does and show the model's guesses.
+
+    Args:
+        model: a masked-LM model (``BertForPreTraining``, ``BertForMaskedLM``,
+            ``RobertaForMaskedLM``) whose vocabulary is ``tokenizer``'s.
+        tokenizer: a ``tokenizers.Tokenizer`` with BERT or RoBERTa special tokens.
+        text, rate, seed: the starting sentence, masking rate and random seed.
+        k: predictions shown per chosen token.
+        mask_replace_prob, random_replace_prob: the 80/10/10 split.
+
+    ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also kept in
+    ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a text box, a
+    rate slider and a "redraw" button whose callbacks call these methods.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        text: str = "The keys to the cabinet are on the table.",
+        rate: float = 0.15,
+        seed: int = 0,
+        k: int = 5,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+        max_len: int | None = None,
+    ):
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.ids = _special_ids(tokenizer)
+        self.text = text
+        self.rate = self._check_rate(rate)
+        self.seed = int(seed)
+        self.k = k
+        self.mask_replace_prob = mask_replace_prob
+        self.random_replace_prob = random_replace_prob
+        self.max_len = max_len or getattr(getattr(model, "config", None), "max_len", 512)
+        self.last: MaskingDraw | None = None
+        self.draws = 0
+
+    @staticmethod
+    def _check_rate(rate: float) -> float:
+        rate = float(rate)
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"masking rate must lie in [0, 1], got {rate}")
+        return rate
+
+    def set_text(self, text: str) -> MaskingDraw:
+        self.text = text
+        return self.draw()
+
+    def set_rate(self, rate: float) -> MaskingDraw:
+        self.rate = self._check_rate(rate)
+        return self.draw()
+
+    def redraw(self) -> MaskingDraw:
+        """A new random draw for the same sentence and rate."""
+        self.seed += 1
+        return self.draw()
+
+    @torch.no_grad()
+    def draw(self) -> MaskingDraw:
+        """Mask the current text with the current rate and seed; predict at the chosen positions."""
+        if not self.text.strip():
+            raise ValueError("type a sentence first: the text is empty")
+        enc = self.tokenizer.encode(self.text)
+        if len(enc.ids) > self.max_len:
+            raise ValueError(f"the sentence has {len(enc.ids)} tokens; the model reads at most {self.max_len}")
+        ids = torch.tensor(enc.ids)
+        g = torch.Generator().manual_seed(self.seed)
+        specials = sorted(set(self.ids.values()))
+        masked, labels, actions = mask_tokens(
+            ids[None], vocab_size=self.tokenizer.get_vocab_size(), mask_token_id=self.ids["mask"], special_ids=specials,
+            mlm_probability=self.rate, mask_replace_prob=self.mask_replace_prob, random_replace_prob=self.random_replace_prob,
+            generator=g, return_actions=True,
+        )
+        masked, actions = masked[0], actions[0]
+        chosen = actions.nonzero().flatten().tolist()
+        predictions: dict[int, list[tuple[str, float]]] = {}
+        if chosen:
+            device = next(self.model.parameters()).device
+            was_training = self.model.training
+            self.model.eval()
+            out = self.model(masked[None].to(device), attention_mask=torch.ones_like(masked)[None].to(device))
+            self.model.train(was_training)
+            logits = out.prediction_logits if getattr(out, "prediction_logits", None) is not None else out.logits
+            probs = torch.softmax(logits[0, chosen].float(), -1).cpu()
+            top = probs.topk(min(self.k, probs.size(-1)), dim=-1)
+            for pos, vals, idx in zip(chosen, top.values, top.indices):
+                predictions[pos] = [(self.tokenizer.id_to_token(int(i)), float(v)) for v, i in zip(vals, idx)]
+        rows = []
+        for pos, (tok_id, shown_id, act) in enumerate(zip(ids.tolist(), masked.tolist(), actions.tolist())):
+            rows.append(TokenRow(
+                token=self.tokenizer.id_to_token(tok_id),
+                chosen=act != 0,
+                action=_ACTION_NAMES[act],
+                shown=self.tokenizer.id_to_token(shown_id),
+                predictions=predictions.get(pos, []),
+            ))
+        self.last = MaskingDraw(self.text, self.rate, self.seed, rows, ids, masked, actions)
+        self.draws += 1
+        return self.last
+
+    def widget(self):
+        """Text box, masking-rate slider and redraw button over the table of the last draw."""
+        import ipywidgets as widgets
+
+        self.text_w = widgets.Text(value=self.text, description="sentence", continuous_update=False,
+                                   layout=widgets.Layout(width="95%"))
+        self.rate_w = widgets.FloatSlider(value=self.rate, min=0.0, max=1.0, step=0.05, description="masking rate",
+                                          continuous_update=False)
+        self.button_w = widgets.Button(description="redraw", tooltip="a new random draw")
+        self.table_w = widgets.HTML()
+
+        def show(result_or_error) -> None:
+            if isinstance(result_or_error, Exception):
+                self.table_w.value = f"<p style='color:#b00'>{html.escape(str(result_or_error))}</p>"
+            else:
+                self.table_w.value = result_or_error.to_html()
+
+        def safely(fn, *args) -> None:
+            try:
+                show(fn(*args))
+            except ValueError as exc:
+                show(exc)
+
+        self.text_w.observe(lambda change: safely(self.set_text, change["new"]), names="value")
+        self.rate_w.observe(lambda change: safely(self.set_rate, change["new"]), names="value")
+        self.button_w.on_click(lambda _: safely(self.redraw))
+        safely(self.draw)
+        return widgets.VBox([self.text_w, widgets.HBox([self.rate_w, self.button_w]), self.table_w])
+
+
+# ---------------------------------------------------------------------------------------
+# Attention viewer
+# ---------------------------------------------------------------------------------------
+
+
+def _body(model):
+    from ..models.bert import BertModel
+
+    if isinstance(model, BertModel):
+        return model
+    for name in ("bert", "roberta"):
+        body = getattr(model, name, None)
+        if isinstance(body, BertModel):
+            return body
+    raise TypeError(f"expected a BertModel or a model with a .bert / .roberta body, got {type(model).__name__}")
+
+
+@torch.no_grad()
+def bert_attention(model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]) -> tuple[dict[str, list[Tensor]], dict[str, tuple[list[str], list[str]]]]:
+    """Attention weights of a BERT for each sentence, in :class:`AttentionExplorer`'s format.
+
+    ``sentences``: one text, a list of texts, or ``{name: text}``. A text may be a pair
+    ``"first sentence ||| second sentence"`` (encoded as ``[CLS] A [SEP] B [SEP]``).
+    Returns ``(weights, labels)``: ``weights[name]`` is a list with one ``[heads, tokens,
+    tokens]`` tensor per layer; ``labels[name]`` is ``(tokens, tokens)``.
+    """
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    named = dict(sentences) if isinstance(sentences, Mapping) else {s: s for s in sentences}
+    if not named:
+        raise ValueError("bert_attention needs at least one sentence")
+    body = _body(model)
+    device = body.device
+    was_training = body.training
+    body.eval()
+    weights, labels = {}, {}
+    for name, text in named.items():
+        parts = [p.strip() for p in text.split("|||")]
+        if len(parts) > 2 or not all(parts):
+            raise ValueError(f"{text!r}: give one sentence or a pair 'A ||| B'")
+        enc = tokenizer.encode(*parts)
+        ids = torch.tensor([enc.ids], device=device)
+        types = torch.tensor([enc.type_ids], device=device)
+        if body.config.type_vocab_size == 1:
+            types = torch.zeros_like(types)
+        out = body(ids, token_type_ids=types, output_attentions=True)
+        weights[name] = [a[0].float().cpu() for a in out.attentions]
+        labels[name] = (list(enc.tokens), list(enc.tokens))
+    body.train(was_training)
+    return weights, labels
+
+
+def bert_attention_explorer(model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]) -> AttentionExplorer:
+    """An :class:`AttentionExplorer` over a BERT's self-attention, one entry per sentence:
+    ``bert_attention_explorer(model, tok, {"tired": s1, "wide": s2}).widget()``."""
+    weights, labels = bert_attention(model, tokenizer, sentences)
+    return AttentionExplorer(weights, labels)

@@ -1,0 +1,169 @@
+"""The book: notebook hygiene, the table of contents, a strict build, and a real browser.
+
+The build runs once per session (``built_book``); it executes every chapter that the
+Jupyter cache does not already hold, and trains (or loads) their models into
+``$COURSE_CACHE``, which nbval's later execution of the same notebooks reuses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from course_lib.book import ASSETS, build_book
+from course_lib.notebooks import check_notebook, repository_url
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+
+
+def toc_files() -> list[str]:
+    return re.findall(r"file:\s*(\S+)", (ROOT / "_toc.yml").read_text())
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_notebook_hygiene(path):
+    """Set-up cell first, outputs stored only where nbval checks them, no widget state."""
+    assert check_notebook(path) == []
+
+
+def test_toc_lists_exactly_the_chapters_in_order():
+    listed = [f for f in toc_files() if re.match(r"book/\d\d_", f)]
+    assert listed == [f"book/{p.stem}" for p in CHAPTERS]
+    for f in toc_files():
+        assert (ROOT / f).with_suffix(".ipynb").exists() or (ROOT / f).with_suffix(".md").exists(), f
+
+
+def test_repository_url_is_set_in_one_place():
+    url = repository_url(ROOT)
+    assert url.startswith("https://")
+    for nb in CHAPTERS:
+        assert url in nb.read_text()  # the install cell uses the same URL as the launch buttons
+
+
+@pytest.fixture(scope="session")
+def built_book():
+    """Build the book with Sphinx warnings as errors; return the HTML folder."""
+    t0 = time.perf_counter()
+    rc = build_book(ROOT, strict=True, quiet=True)
+    seconds = time.perf_counter() - t0
+    print(f"\nbook build: {seconds:.0f} s")
+    assert rc == 0, "jupyter-book build -W failed: see the output above"
+    return ROOT / "_build" / "html"
+
+
+def test_book_builds_strictly_with_every_page(built_book):
+    for f in toc_files():
+        assert (built_book / f).with_suffix(".html").exists(), f
+    for asset in ASSETS:
+        assert (built_book / asset.dest).is_dir(), f"{asset.name} was not copied into the HTML root"
+
+
+def test_built_pages_load_nothing_from_the_network(built_book):
+    for page in built_book.joinpath("book").glob("*.html"):
+        html = page.read_text()
+        external = re.findall(r'<script[^>]+src="(https?://[^"]+)"', html)
+        assert external == [], f"{page.name} loads scripts from the network: {external}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    required = os.environ.get("COURSE_REQUIRE_BROWSER") == "1"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover
+        sync_playwright = None
+    if chromium is None or sync_playwright is None:
+        msg = "headless Chromium (Debian package 'chromium') and playwright are needed for the browser test"
+        if required:
+            pytest.fail(msg)
+        pytest.skip(msg + "; `make test` installs Chromium when it runs as root")
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=chromium,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"],
+        )
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="session")
+def served_book(built_book):
+    port = _free_port()
+    srv = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory", str(built_book)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield base
+    srv.terminate()
+    srv.wait(timeout=10)
+
+
+def open_offline(browser, url):
+    """Open ``url`` with every request off 127.0.0.1 refused; return (page, failures)."""
+    page = browser.new_page()
+    failures: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith("http://127.0.0.1:"):
+            r.continue_()
+        else:
+            failures.append(f"blocked {r.request.url}")
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("response", lambda resp: resp.status >= 400 and failures.append(f"HTTP {resp.status} {resp.url}"))
+    page.goto(url, wait_until="networkidle")
+    return page, failures
+
+
+def test_chapter_02_renders_offline(browser, served_book):
+    page, failures = open_offline(browser, f"{served_book}/book/02_transformer.html")
+    page.wait_for_selector("mjx-container", timeout=20000)
+    page.wait_for_selector(".widget-dropdown", timeout=20000)
+    page.wait_for_timeout(500)
+    # math: every $...$ was typeset, none left raw
+    n_math = page.locator("mjx-container").count()
+    assert n_math >= 40, f"only {n_math} formulas typeset"
+    assert page.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
+    body = page.inner_text("article")
+    assert "\\frac" not in body and "\\mathrm" not in body, "raw TeX left on the page"
+    # plots: every image loaded
+    images = page.evaluate("Array.from(document.querySelectorAll('article img')).map(i => [i.src, i.complete && i.naturalWidth > 0])")
+    assert len(images) >= 6, images
+    assert all(ok for _, ok in images), [src for src, ok in images if not ok]
+    # the widget snapshot: controls and the plot inside its output area
+    assert page.locator(".widget-dropdown select").count() == 1
+    assert page.locator(".widget-slider").count() >= 3
+    widget_imgs = page.evaluate("Array.from(document.querySelectorAll('.widget-output img')).map(i => i.naturalWidth)")
+    assert widget_imgs and all(w > 0 for w in widget_imgs), "the widget's plot did not render"
+    assert failures == [], failures
+    page.close()
+
+
+def test_intro_page_renders_offline(browser, served_book):
+    page, failures = open_offline(browser, f"{served_book}/book/intro.html")
+    page.wait_for_selector("mjx-container", timeout=20000)
+    assert failures == [], failures
+    page.close()

@@ -1,0 +1,71 @@
+"""Widget logic, exercised in plain pytest (callbacks run synchronously with the Agg backend)."""
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.models.transformer import Transformer, TransformerConfig
+from course_lib.widgets import AttentionExplorer, apply_temperature, transformer_attention
+
+
+def test_temperature_matches_scaling_the_scores():
+    scores = torch.randn(3, 5)
+    scores[1, 3:] = float("-inf")  # masked keys
+    w = torch.softmax(scores, -1)
+    for t in (0.25, 1.0, 3.0):
+        expected = torch.softmax(scores / t, -1).numpy()
+        assert np.abs(apply_temperature(w, t) - expected).max() < 1e-6
+    assert (apply_temperature(w, 0.5)[1, 3:] == 0).all()
+    assert np.allclose(apply_temperature(np.zeros((2, 3)), 2.0), 0)  # a fully masked row stays zero
+    with pytest.raises(ValueError, match="positive"):
+        apply_temperature(w, 0)
+
+
+def small_model():
+    torch.manual_seed(0)
+    cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=2,
+                            n_decoder_layers=3, d_ff=32, dropout=0.0, max_len=16)
+    return Transformer(cfg).eval()
+
+
+def test_transformer_attention_drops_padding():
+    m = small_model()
+    src = torch.tensor([[4, 5, 6, 0, 0]])
+    tgt = torch.tensor([[1, 7, 8, 0]])
+    w = transformer_attention(m, src, tgt)
+    assert w["encoder self-attention"][0].shape == (2, 3, 3)
+    assert len(w["decoder self-attention"]) == 3
+    assert w["encoder-decoder attention"][2].shape == (2, 3, 3)
+
+
+def test_explorer_widget_callbacks_update_the_plot():
+    m = small_model()
+    src, tgt = torch.tensor([[4, 5, 6, 7]]), torch.tensor([[1, 7, 8]])
+    w = transformer_attention(m, src, tgt)
+    labels = {k: (["a", "b", "c", "d"] if k != "decoder self-attention" else ["<s>", "x", "y"],
+                  ["a", "b", "c", "d"] if k == "encoder self-attention" else ["<s>", "x", "y"]) for k in w}
+    ex = AttentionExplorer(w, labels)
+    box = ex.widget()
+    assert ex.draws == 1  # interactive_output renders once at creation
+    first = ex.last.copy()
+    assert np.allclose(first, w["encoder self-attention"][0][0].numpy(), atol=1e-6)
+    ex.head_w.value = 1
+    assert ex.draws == 2 and np.allclose(ex.last, w["encoder self-attention"][0][1].numpy(), atol=1e-6)
+    ex.temp_w.value = 0.1  # sharper: each row's maximum grows
+    assert (ex.last.max(-1) >= apply_temperature(w["encoder self-attention"][0][1], 1.0).max(-1) - 1e-9).all()
+    ex.kind_w.value = "decoder self-attention"
+    assert ex.layer_w.max == 2  # the layer slider follows the chosen kind
+    ex.layer_w.value = 2
+    assert ex.last.shape == (3, 3)
+    assert np.triu(ex.last, 1).max() == 0  # decoder self-attention is causal
+    assert box.children[1] is ex.out
+
+
+def test_explorer_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least one"):
+        AttentionExplorer({}, {})
+    with pytest.raises(ValueError, match="labels"):
+        AttentionExplorer({"a": [np.ones((1, 2, 2))]}, {})
+    ex = AttentionExplorer({"a": [np.ones((1, 2, 2)) / 2]}, {"a": (["x", "y"], ["x", "y"])})
+    with pytest.raises(ValueError, match="layer 3 out of range"):
+        ex.matrix("a", 3, 0)
