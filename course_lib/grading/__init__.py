@@ -115,6 +115,5 @@ cells). The threat model is in ``book/appendix_grading.md``.
 
 from .format import Assignment, FormatError, load_assignment
 from .grade import GradeError, grade_files
-from .release import release
 
-__all__ = ["Assignment", "FormatError", "GradeError", "grade_files", "load_assignment", "release"]
+__all__ = ["Assignment", "FormatError", "GradeError", "grade_files", "load_assignment"]
