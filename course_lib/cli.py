@@ -11,6 +11,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.book",
     "course_lib.notebooks",
     "course_lib.grading.cli",
+    "course_lib.recipes.bert",
 ]
 
 

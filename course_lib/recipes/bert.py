@@ -1,0 +1,815 @@
+r"""Pretraining and fine-tuning BERT: the recipe the chapter runs and ``course pretrain-bert`` runs.
+
+One set of functions serves three users: the BERT chapter (a small model on the generated
+corpus, on a CPU, inside :func:`~course_lib.checkpoints.train_or_load`), a reader with a GPU
+and their own text (``course pretrain-bert --text 'books/*.txt' --device cuda --size
+base-like``), and the tests (a tiny model for a few steps).
+
+**Pretraining** (Devlin et al. 2019, §3.1). Documents become next-sentence pairs
+``[CLS] A [SEP] B [SEP]`` (B follows A with probability 1/2, else it is a sentence of another
+document), or, without NSP, RoBERTa's stream of full sentences cut into blocks
+(:mod:`course_lib.mlm`). 15% of the tokens are chosen; 80% of those become ``[MASK]``, 10% a
+random token, 10% stay. The loss is
+
+.. math::
+
+    \mathcal{L} = -\frac{1}{|M|}\sum_{i \in M} \log p_\theta(x_i \mid \tilde x)
+    \;-\; \log p_\theta(\mathrm{IsNext} \mid \tilde x) \quad (\text{second term only with NSP}),
+
+with :math:`M` the chosen positions and :math:`\tilde x` the corrupted input. Masks are drawn
+once (``masking="static"``, BERT) or afresh every epoch (``"dynamic"``, RoBERTa).
+
+**Fine-tuning** (§3.2). A classifier reads the pooled ``[CLS]`` vector,
+:math:`p(y \mid x) = \mathrm{softmax}(W \tanh(W_p h_{[CLS]} + b_p) + b)`, and every weight is
+trained on the labelled task. Starting the encoder from pretrained weights instead of random
+ones is the whole point of pretraining; :func:`finetune_classifier` does both, with the same
+seed, data and steps, so the difference is the pretraining alone.
+
+Command line::
+
+    course pretrain-bert --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small|base-like]
+
+writes ``DIR/model.safetensors`` (+ ``model.json`` with the training history),
+``DIR/config.json`` and ``DIR/tokenizer.json``; :func:`load_pretrained_bert` reads them back.
+Without ``--text`` (and without ``$COURSE_TEXT``) it trains on the generated corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..device import get_device, seed_everything
+from ..mlm import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, make_nsp_pairs, pack_pairs, pack_stream, pretraining_loss
+from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertModel
+from ..train import History, fit, model_device
+
+__all__ = [
+    "SIZES",
+    "DEFAULT_LR",
+    "bert_config",
+    "train_tokenizer",
+    "tokenize_documents",
+    "pretraining_examples",
+    "make_masker",
+    "LengthGroupedMLMData",
+    "pretraining_data",
+    "trim_padding",
+    "pretraining_step",
+    "evaluate_mlm",
+    "pretrain",
+    "PretrainedBert",
+    "pretrain_bert",
+    "mlm_logits",
+    "top_predictions",
+    "classification_inputs",
+    "finetune_classifier",
+    "classification_accuracy",
+    "weights_fingerprint",
+    "documents_fingerprint",
+    "save_pretrained_bert",
+    "load_pretrained_bert",
+    "register",
+    "main",
+]
+
+# Model shapes by name. "small" is the chapter's model; "base-like" is BERT-base's shape.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),  # tests: milliseconds per step
+    "small": dict(d_model=128, n_heads=4, n_layers=4, d_ff=256),  # the chapter, on a CPU
+    "medium": dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024),  # a laptop GPU, minutes
+    "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
+}
+DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates
+
+
+def bert_config(size: str = "small", *, vocab_size: int, max_len: int = 128, pad_id: int = 0, dropout: float = 0.1, **overrides: Any) -> BertConfig:
+    """A :class:`BertConfig` of a named size (:data:`SIZES`) for a tokenizer of ``vocab_size`` tokens."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
+    return BertConfig.from_course(vocab_size=vocab_size, max_len=max_len, pad_id=pad_id, dropout=dropout, **SIZES[size], **overrides)
+
+
+# ---------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------
+
+
+def _sentence_texts(doc: Any) -> list[str]:
+    """The sentences of a Document, or of a plain list of sentence strings."""
+    if hasattr(doc, "sentences"):
+        return [s.text if hasattr(s, "text") else str(s) for s in doc.sentences]
+    if isinstance(doc, str):
+        raise ValueError("a document must be a Document or a list of sentence strings, not one str")
+    return [s.text if hasattr(s, "text") else str(s) for s in doc]
+
+
+def train_tokenizer(documents: Sequence[Any], *, kind: str = "wordpiece", vocab_size: int = 4000):
+    """A WordPiece (BERT) or byte-level BPE (RoBERTa) tokenizer trained on the documents' sentences."""
+    from ..data import train_byte_bpe, train_wordpiece
+
+    texts = [t for d in documents for t in _sentence_texts(d)]
+    if not texts:
+        raise ValueError("the documents hold no sentences to train a tokenizer on")
+    if kind == "wordpiece":
+        return train_wordpiece(texts, vocab_size=vocab_size)
+    if kind == "byte-bpe":
+        return train_byte_bpe(texts, vocab_size=vocab_size)
+    raise ValueError(f"tokenizer kind must be 'wordpiece' or 'byte-bpe', got {kind!r}")
+
+
+def tokenize_documents(documents: Sequence[Any], tokenizer) -> list[list[list[int]]]:
+    """Token ids without special tokens: ``[document][sentence][token]``.
+
+    ``documents``: :class:`~course_lib.data.corpus.Document` objects (generated or read by
+    :func:`~course_lib.data.load_documents`) or lists of sentence strings.
+    """
+    per_doc = [_sentence_texts(d) for d in documents]
+    flat = [t for texts in per_doc for t in texts]
+    if not flat:
+        raise ValueError("the documents hold no sentences")
+    encodings = tokenizer.encode_batch(flat, add_special_tokens=False)
+    ids = [e.ids for e in encodings]
+    out, k = [], 0
+    for texts in per_doc:
+        out.append(ids[k : k + len(texts)])
+        k += len(texts)
+    return out
+
+
+def _special_ids(tokenizer) -> dict[str, int]:
+    from ..data import special_ids
+
+    return special_ids(tokenizer)
+
+
+def pretraining_examples(documents: Sequence[Any], tokenizer, *, max_len: int = 128, nsp: bool = True, seed: int = 0) -> dict[str, Tensor]:
+    """Packed, unmasked pretraining inputs ``[n, width]``.
+
+    With ``nsp=True``: one next-sentence pair per sentence that has a successor
+    (``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0/1, ``next_sentence_label`` 0 = is next,
+    1 = random); needs at least two documents. With ``nsp=False``: RoBERTa's full-sentence
+    stream, documents separated by ``[SEP]``, cut into blocks of ``max_len`` tokens.
+    """
+    ids = _special_ids(tokenizer)
+    docs = tokenize_documents(documents, tokenizer)
+    if nsp:
+        pairs = make_nsp_pairs(docs, seed, random_prob=0.5)
+        packed = pack_pairs(pairs.a, pairs.b, max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"])
+        packed["next_sentence_label"] = pairs.label
+        return packed
+    stream = [[t for s in d for t in s] for d in docs]
+    return pack_stream([s for s in stream if s], max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"], separator_id=ids["sep"])
+
+
+def make_masker(tokenizer, *, mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1) -> MLMMasker:
+    """BERT's 80/10/10 masking for this tokenizer (its special tokens are never chosen)."""
+    ids = _special_ids(tokenizer)
+    return MLMMasker(
+        vocab_size=tokenizer.get_vocab_size(),
+        mask_token_id=ids["mask"],
+        special_ids=tuple(sorted(set(ids.values()))),
+        mlm_probability=mlm_probability,
+        mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob,
+    )
+
+
+class LengthGroupedMLMData(MaskedLMData):
+    """:class:`~course_lib.mlm.MaskedLMData` whose batches hold sequences of similar length.
+
+    Each epoch's random order is cut into chunks of ``group`` batches; inside a chunk the
+    sequences are sorted by length before being cut into batches, and the batches are then
+    shuffled. With :func:`trim_padding` a batch is only as wide as its longest member, so
+    far less compute goes to padding (Hugging Face's ``group_by_length`` does the same).
+    """
+
+    def __init__(self, examples: Mapping[str, Tensor], *, group: int = 50, **kwargs: Any):
+        super().__init__(examples, **kwargs)
+        if group < 1:
+            raise ValueError(f"group must be at least 1 batch, got {group}")
+        self.group = group
+        mask = self.examples.get("attention_mask")
+        self.lengths = mask.sum(1) if mask is not None else torch.full((self.examples["input_ids"].size(0),), self.examples["input_ids"].size(1))
+
+    def batches(self, epoch: int) -> Iterator[dict[str, Tensor]]:
+        view = self.epoch_view(epoch)
+        n = view["input_ids"].size(0)
+        g = torch.Generator().manual_seed(self.seed + 7919 * (epoch + 1))
+        order = torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)
+        chunk = self.batch_size * self.group
+        batches = []
+        for i in range(0, n, chunk):
+            part = order[i : i + chunk]
+            part = part[torch.sort(self.lengths[part], descending=True, stable=True).indices]
+            for j in range(0, part.numel(), self.batch_size):
+                sel = part[j : j + self.batch_size]
+                if sel.numel() == self.batch_size or not self.drop_last:
+                    batches.append(sel)
+        for k in (torch.randperm(len(batches), generator=g).tolist() if self.shuffle else range(len(batches))):
+            yield {key: v[batches[k]] for key, v in view.items()}
+
+
+def pretraining_data(
+    examples: Mapping[str, Tensor],
+    tokenizer,
+    *,
+    masking: str = "static",
+    static_copies: int = 1,
+    batch_size: int = 64,
+    mlm_probability: float = 0.15,
+    group_by_length: bool = True,
+    seed: int = 0,
+) -> MaskedLMData:
+    """Batches for :func:`pretrain`: the examples masked statically (BERT) or dynamically
+    (RoBERTa), in batches of similar lengths (``group_by_length``) or in random order."""
+    kwargs = dict(
+        masker=make_masker(tokenizer, mlm_probability=mlm_probability),
+        masking=masking,
+        static_copies=static_copies,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        seed=seed,
+    )
+    return LengthGroupedMLMData(examples, **kwargs) if group_by_length else MaskedLMData(examples, **kwargs)
+
+
+def trim_padding(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Drop the columns that are padding in every row (examples are padded to the longest
+    sequence of the whole data set; a batch rarely needs that width)."""
+    batch = dict(batch)
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return batch
+    width = int(mask.sum(1).max())
+    full = mask.size(1)
+    return {k: (v[:, :width] if v.dim() == 2 and v.size(1) == full else v) for k, v in batch.items()}
+
+
+def pretraining_step(model: nn.Module, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    """``loss_fn`` for :func:`~course_lib.train.fit`: MLM (+ NSP for ``BertForPreTraining``) on a trimmed batch."""
+    return pretraining_loss(model, trim_padding(batch))
+
+
+def mlm_logits(model: nn.Module, **inputs: Tensor) -> Tensor:
+    """``[batch, seq, vocab]`` masked-LM logits of a ``BertForPreTraining`` or ``*ForMaskedLM`` model."""
+    out = model(**inputs)
+    return out.prediction_logits if hasattr(out, "prediction_logits") and out.prediction_logits is not None else out.logits
+
+
+@torch.no_grad()
+def evaluate_mlm(
+    model: nn.Module,
+    examples: Mapping[str, Tensor],
+    masker: MLMMasker,
+    *,
+    seed: int = 0,
+    batch_size: int = 256,
+) -> dict[str, float]:
+    """Masked-LM (and NSP) quality on held-out ``examples``, masked once with ``seed``.
+
+    Returns ``mlm_accuracy`` (top-1 over all chosen tokens), ``mlm_loss``, the accuracy
+    split by what the input showed at the chosen position (``accuracy_masked``: ``[MASK]``,
+    ``accuracy_random``: a random token, ``accuracy_kept``: the true token) and, for a model
+    with an NSP head and labelled examples, ``nsp_accuracy``.
+    """
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    g = torch.Generator().manual_seed(seed)
+    special = examples["attention_mask"] == 0 if "attention_mask" in examples else None
+    inputs, labels, actions = masker(examples["input_ids"], generator=g, special_mask=special, return_actions=True)
+    n = inputs.size(0)
+    loss_sum, correct, count = 0.0, torch.zeros(4), torch.zeros(4)
+    nsp_correct, nsp_count = 0, 0
+    has_nsp = hasattr(model, "nsp_head") and "next_sentence_label" in examples
+    for i in range(0, n, batch_size):
+        sl = slice(i, i + batch_size)
+        batch = {"input_ids": inputs[sl], "labels": labels[sl], "actions": actions[sl]}
+        for k in ("attention_mask", "token_type_ids"):
+            if k in examples:
+                batch[k] = examples[k][sl]
+        batch = {k: v.to(device) for k, v in trim_padding(batch).items()}
+        kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
+        out = model(batch["input_ids"], **kwargs)
+        logits = out.prediction_logits if has_nsp or hasattr(out, "prediction_logits") else out.logits
+        chosen = batch["labels"] != IGNORE_INDEX
+        lg, lb, act = logits[chosen].float(), batch["labels"][chosen], batch["actions"][chosen]
+        loss_sum += F.cross_entropy(lg, lb, reduction="sum").item()
+        hit = (lg.argmax(-1) == lb).cpu()
+        act = act.cpu()
+        for a in (MASKED, RANDOM, KEPT):
+            sel = act == a
+            correct[a] += hit[sel].sum()
+            count[a] += sel.sum()
+        if has_nsp:
+            label = examples["next_sentence_label"][sl].to(device)
+            nsp_correct += int((out.seq_relationship_logits.argmax(-1) == label).sum())
+            nsp_count += label.numel()
+    model.train(was_training)
+    total = count.sum().clamp(min=1)
+    result = {
+        "mlm_accuracy": float(correct.sum() / total),
+        "mlm_loss": loss_sum / float(total),
+        "accuracy_masked": float(correct[MASKED] / count[MASKED].clamp(min=1)),
+        "accuracy_random": float(correct[RANDOM] / count[RANDOM].clamp(min=1)),
+        "accuracy_kept": float(correct[KEPT] / count[KEPT].clamp(min=1)),
+    }
+    if has_nsp:
+        result["nsp_accuracy"] = nsp_correct / max(nsp_count, 1)
+    return result
+
+
+def pretrain(
+    model: nn.Module,
+    data: MaskedLMData,
+    *,
+    steps: int,
+    lr: float = 1e-3,
+    warmup: int | None = None,
+    eval_fn: Callable[[nn.Module], Mapping[str, float]] | None = None,
+    eval_every: int | None = None,
+    progress: bool | None = None,
+    desc: str = "pretraining",
+) -> History:
+    """Train a ``BertForPreTraining`` (MLM + NSP) or ``BertForMaskedLM`` (MLM only) on ``data``
+    with :func:`~course_lib.train.fit` (AdamW, warm-up, cosine decay, bf16 on a capable GPU)."""
+    return fit(model, data, pretraining_step, steps=steps, lr=lr, warmup=warmup, eval_fn=eval_fn, eval_every=eval_every,
+               progress=progress, desc=desc)
+
+
+# ---------------------------------------------------------------------------------------
+# Fingerprints for cache keys
+# ---------------------------------------------------------------------------------------
+
+
+def documents_fingerprint(documents: Sequence[Any]) -> str:
+    """A short hash of the documents' sentences (changes when the training text changes)."""
+    h = hashlib.sha256()
+    for d in documents:
+        h.update("\n".join(_sentence_texts(d)).encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def _tokenizer_fingerprint(tokenizer) -> str:
+    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's weights (e.g. to key a fine-tuning run on the pretrained body)."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------
+# The whole recipe
+# ---------------------------------------------------------------------------------------
+
+
+class PretrainedBert(NamedTuple):
+    """What :func:`pretrain_bert` returns (unpacks as ``model, tokenizer, history``)."""
+
+    model: nn.Module  # BertForPreTraining (nsp=True) or BertForMaskedLM, in eval mode
+    tokenizer: Any  # the tokenizers.Tokenizer the model reads
+    history: History  # losses per step; evals["mlm_accuracy"] etc. on held-out documents
+
+
+def _split_heldout(documents: list, heldout: Sequence[Any] | float | None) -> tuple[list, list]:
+    if heldout is None:
+        return documents, []
+    if isinstance(heldout, float):
+        if not 0.0 < heldout < 1.0:
+            raise ValueError(f"heldout must be a fraction in (0, 1), a list of documents or None, got {heldout}")
+        k = max(1, round(1 / heldout))
+        train = [d for i, d in enumerate(documents) if i % k != k - 1]
+        held = [d for i, d in enumerate(documents) if i % k == k - 1]
+        if len(held) < 2 or len(train) < 2:  # too little text to hold any back: evaluate on nothing
+            return documents, []
+        return train, held
+    return documents, list(heldout)
+
+
+def pretrain_bert(
+    config: BertConfig | str = "small",
+    documents: Sequence[Any] | None = None,
+    *,
+    steps: int = 1000,
+    batch_size: int = 64,
+    lr: float | None = None,
+    masking: str = "static",
+    static_copies: int = 1,
+    nsp: bool = True,
+    max_len: int = 128,
+    mlm_probability: float = 0.15,
+    tokenizer: Any = None,
+    tokenizer_kind: str = "wordpiece",
+    vocab_size: int = 4000,
+    heldout: Sequence[Any] | float | None = 0.05,
+    eval_every: int | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    cache_name: str | None = None,
+    progress: bool | None = None,
+) -> PretrainedBert:
+    """Pretrain a BERT from scratch on ``documents``; returns ``(model, tokenizer, history)``.
+
+    Args:
+        config: a :class:`BertConfig`, or a size name of :data:`SIZES` (``"small"``,
+            ``"base-like"``, ...). Its ``vocab_size``, ``pad_token_id`` and
+            ``max_position_embeddings`` are set from the tokenizer and ``max_len``.
+        documents: Document objects or lists of sentence strings; ``None`` reads
+            :func:`~course_lib.data.load_documents` (``$COURSE_TEXT`` or the generated corpus).
+        steps, batch_size, lr: optimiser steps, sequences per step, peak learning rate
+            (default :data:`DEFAULT_LR` of the size, 1e-3 for a custom config).
+        masking, static_copies: ``"static"`` (BERT; ``static_copies`` masked copies cycle
+            over the epochs) or ``"dynamic"`` (RoBERTa: a new mask every epoch).
+        nsp: next-sentence pairs and the NSP loss (``BertForPreTraining``); ``False``
+            trains ``BertForMaskedLM`` on full-sentence blocks (RoBERTa).
+        tokenizer: a trained ``tokenizers.Tokenizer``; by default one of ``tokenizer_kind``
+            (``"wordpiece"`` or ``"byte-bpe"``) with ``vocab_size`` tokens is trained on the
+            training documents.
+        heldout: documents for evaluation, or the fraction of ``documents`` to hold out
+            (every k-th one), or ``None``. Held-out MLM accuracy is logged every
+            ``eval_every`` steps and at the end (``history.evals``).
+        seed: seeds the pairs, the masks, the batch order and the initial weights.
+        device: default :func:`~course_lib.device.get_device`.
+        cache_name: train through :func:`~course_lib.checkpoints.train_or_load` under this
+            name (a second call with the same arguments loads the weights).
+    """
+    from ..data import load_documents
+
+    device = get_device() if device is None else torch.device(device)
+    documents = list(load_documents() if documents is None else documents)
+    if not documents:
+        raise ValueError("pretrain_bert got no documents")
+    if steps < 1:
+        raise ValueError(f"steps must be positive, got {steps}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if max_len < 8:
+        raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+    train_docs, held_docs = _split_heldout(documents, heldout)
+    if nsp and sum(1 for d in train_docs if _sentence_texts(d)) < 2:
+        raise ValueError(
+            f"next-sentence prediction needs at least 2 training documents (random sentences come from another "
+            f"document; in text files, blank lines separate documents), got {len(train_docs)}: add text or use "
+            "nsp=False (--no-nsp)"
+        )
+    if tokenizer is None:
+        tokenizer = train_tokenizer(train_docs, kind=tokenizer_kind, vocab_size=vocab_size)
+    ids = _special_ids(tokenizer)
+    size = config if isinstance(config, str) else None
+    if size is not None:
+        config = bert_config(size, vocab_size=tokenizer.get_vocab_size(), max_len=max_len, pad_id=ids["pad"])
+    elif isinstance(config, BertConfig):
+        config = replace(config, vocab_size=tokenizer.get_vocab_size(), pad_token_id=ids["pad"], max_position_embeddings=max_len)
+    else:
+        raise TypeError(f"config must be a BertConfig or a size name, got {type(config).__name__}")
+    if lr is None:
+        lr = DEFAULT_LR.get(size or "", 1e-3)
+
+    examples = pretraining_examples(train_docs, tokenizer, max_len=max_len, nsp=nsp, seed=seed)
+    if examples["input_ids"].size(0) < batch_size:
+        raise ValueError(
+            f"the training text gives only {examples['input_ids'].size(0)} sequences, fewer than batch_size={batch_size}; "
+            "give more text or a smaller batch size"
+        )
+    data = pretraining_data(examples, tokenizer, masking=masking, static_copies=static_copies, batch_size=batch_size,
+                            mlm_probability=mlm_probability, seed=seed)
+    held = None
+    if held_docs:
+        held = pretraining_examples(held_docs, tokenizer, max_len=max_len, nsp=nsp, seed=seed + 1)
+    masker = data.masker
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        return evaluate_mlm(m, held, masker, seed=seed) if held is not None else {}
+
+    seed_everything(seed)
+    model = (BertForPreTraining(config) if nsp else BertForMaskedLM(config)).to(device)
+
+    def train(m: nn.Module) -> History:
+        return pretrain(m, data, steps=steps, lr=lr, eval_fn=eval_fn if held is not None else None,
+                        eval_every=eval_every, progress=progress, desc=f"BERT pretraining ({masking} masking)")
+
+    if cache_name is None:
+        history = train(model)
+    else:
+        spec = dict(
+            recipe="pretrain_bert", config=config.to_dict(), steps=steps, batch_size=batch_size, lr=lr, masking=masking,
+            static_copies=static_copies, nsp=nsp, max_len=max_len, mlm_probability=mlm_probability, seed=seed,
+            eval_every=eval_every, documents=documents_fingerprint(train_docs),
+            heldout=documents_fingerprint(held_docs) if held_docs else None, tokenizer=_tokenizer_fingerprint(tokenizer),
+        )
+        history = train_or_load(cache_name, model, spec, train)
+    model.eval()
+    return PretrainedBert(model, tokenizer, history)
+
+
+@torch.no_grad()
+def top_predictions(model: nn.Module, tokenizer, inputs: Mapping[str, Tensor], positions: Sequence[int], *, k: int = 5, row: int = 0) -> list[list[tuple[str, float]]]:
+    """The ``k`` most probable tokens (with probabilities) at each of ``positions`` of row ``row``."""
+    device = model_device(model)
+    kwargs = {key: v[row : row + 1].to(device) for key, v in inputs.items() if key in ("input_ids", "attention_mask", "token_type_ids")}
+    was_training = model.training
+    model.eval()
+    logits = mlm_logits(model, **kwargs)[0]
+    model.train(was_training)
+    out = []
+    for pos in positions:
+        p = torch.softmax(logits[pos].float(), -1)
+        top = p.topk(k)
+        out.append([(tokenizer.id_to_token(int(i)), float(v)) for v, i in zip(top.values, top.indices)])
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Fine-tuning a classifier
+# ---------------------------------------------------------------------------------------
+
+
+def classification_inputs(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None, *, max_len: int = 128) -> dict[str, Tensor]:
+    """``[CLS] text [SEP]`` (or a pair) for every text: ``input_ids``, ``token_type_ids``,
+    ``attention_mask`` (1 = real token), right-padded, truncated to ``max_len``."""
+    from ..data import encode_texts
+
+    enc = encode_texts(tokenizer, list(texts), None if pairs is None else list(pairs), max_len=max_len)
+    enc["attention_mask"] = enc["attention_mask"].long()
+    return enc
+
+
+def _split_labelled(items: Sequence[tuple[str, int]], what: str) -> tuple[list[str], Tensor]:
+    if not items:
+        raise ValueError(f"{what} holds no examples")
+    texts, labels = [], []
+    for it in items:
+        if len(it) != 2:
+            raise ValueError(f"{what}: expected (text, label) pairs, got {it!r}")
+        texts.append(str(it[0]))
+        labels.append(int(it[1]))
+    return texts, torch.tensor(labels)
+
+
+@torch.no_grad()
+def classification_accuracy(model: nn.Module, tokenizer, items: Sequence[tuple[str, int]], *, batch_size: int = 256, max_len: int | None = None) -> float:
+    """Share of ``(text, label)`` items the classifier gets right."""
+    texts, labels = _split_labelled(items, "items")
+    device = model_device(model)
+    max_len = max_len or model.config.max_position_embeddings
+    was_training = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(texts), batch_size):
+        enc = classification_inputs(tokenizer, texts[i : i + batch_size], max_len=max_len)
+        logits = model(**{k: v.to(device) for k, v in enc.items()}).logits
+        correct += int((logits.argmax(-1).cpu() == labels[i : i + batch_size]).sum())
+    model.train(was_training)
+    return correct / len(texts)
+
+
+def _body_of(model: nn.Module) -> BertModel:
+    if isinstance(model, BertModel):
+        return model
+    body = getattr(model, "bert", None)
+    if isinstance(body, BertModel):
+        return body
+    raise TypeError(f"expected a BertModel or a model with a .bert body, got {type(model).__name__}")
+
+
+def finetune_classifier(
+    start: nn.Module | BertConfig,
+    tokenizer,
+    train_items: Sequence[tuple[str, int]],
+    *,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 1e-4,
+    num_labels: int = 2,
+    dropout: float | None = None,
+    eval_items: Sequence[tuple[str, int]] | None = None,
+    eval_every: int | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    cache_name: str | None = None,
+    progress: bool | None = None,
+) -> tuple[BertForSequenceClassification, History]:
+    """Fine-tune a sentence classifier on ``(text, label)`` items; returns ``(classifier, history)``.
+
+    ``start`` is a pretrained model (``BertModel`` or any model with a ``.bert`` body: its
+    encoder weights are copied, the pooler too when it has one) or a :class:`BertConfig`
+    (random weights: training from scratch). Either way the classifier layer is initialised
+    from ``seed`` and the batches come in the same order, so two calls that differ only in
+    ``start`` isolate the effect of pretraining. ``history.evals["accuracy"]`` is the
+    accuracy on ``eval_items``.
+    """
+    texts, labels = _split_labelled(train_items, "train_items")
+    if steps < 1:
+        raise ValueError(f"steps must be positive, got {steps}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    if int(labels.min()) < 0 or int(labels.max()) >= num_labels:
+        raise ValueError(f"labels must lie in [0, num_labels={num_labels}), got values in [{int(labels.min())}, {int(labels.max())}]")
+    if isinstance(start, BertConfig):
+        config, body = start, None
+    else:
+        body = _body_of(start)
+        config = body.config
+    device = (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
+    config = replace(config, num_labels=num_labels, classifier_dropout=dropout)
+    seed_everything(seed)
+    model = BertForSequenceClassification(config)  # classifier (and a scratch body) from the seed
+    if body is not None:
+        own = model.bert.state_dict()
+        incoming = {k: v for k, v in body.state_dict().items() if k in own}
+        own.update(incoming)
+        model.bert.load_state_dict(own)
+    model = model.to(device)
+    enc = classification_inputs(tokenizer, texts, max_len=config.max_position_embeddings)
+    enc["labels"] = labels
+    n = labels.numel()
+    gen = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def batch_at(step: int) -> dict[str, Tensor]:
+        nonlocal order
+        if len(order) < batch_size:  # a new epoch: shuffle again (the remainder carries over)
+            order = order + torch.randperm(n, generator=gen).tolist()
+        sel, order = order[:batch_size], order[batch_size:]
+        return trim_padding({k: v[sel] for k, v in enc.items()})
+
+    def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
+        out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        acc = (out.logits.argmax(-1) == batch["labels"]).float().mean().item()
+        return out.loss, {"train_accuracy": acc}
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        return {"accuracy": classification_accuracy(m, tokenizer, eval_items)} if eval_items else {}
+
+    def train(m: nn.Module) -> History:
+        return fit(m, batch_at, loss_fn, steps=steps, lr=lr, eval_fn=eval_fn if eval_items else None, eval_every=eval_every,
+                   progress=progress, desc="fine-tuning" if body is not None else "training from scratch")
+
+    if cache_name is None:
+        history = train(model)
+    else:
+        spec = dict(
+            recipe="finetune_classifier", config=config.to_dict(), start=weights_fingerprint(body) if body is not None else "scratch",
+            tokenizer=_tokenizer_fingerprint(tokenizer), train=hashlib.sha256(json.dumps([texts, labels.tolist()]).encode()).hexdigest()[:16],
+            eval=hashlib.sha256(json.dumps(list(map(list, eval_items or []))).encode()).hexdigest()[:16],
+            steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
+        )
+        history = train_or_load(cache_name, model, spec, train)
+    model.eval()
+    return model, history
+
+
+# ---------------------------------------------------------------------------------------
+# Saving and loading a pretrained model (the command line's output)
+# ---------------------------------------------------------------------------------------
+
+
+def save_pretrained_bert(out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None) -> Path:
+    """Write ``model.safetensors`` (+ ``model.json``), ``config.json`` and ``tokenizer.json``
+    into ``out_dir``, each atomically. Returns the folder."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    architecture = type(model).__name__
+    if architecture not in ("BertForPreTraining", "BertForMaskedLM"):
+        raise TypeError(f"expected a BertForPreTraining or BertForMaskedLM, got {architecture}")
+    config = {"architecture": architecture, **model.config.to_dict()}
+    save_checkpoint(out / "model.safetensors", model, {"architecture": architecture, **dict(metadata or {})})
+    atomic_write_text(out / "config.json", json.dumps(config, indent=1))
+    atomic_write_text(out / "tokenizer.json", tokenizer.to_str())
+    return out
+
+
+def load_pretrained_bert(path: Path | str, *, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
+    """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote: ``(model, tokenizer)``, eval mode."""
+    from tokenizers import Tokenizer
+
+    folder = Path(path)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name} is missing: not a folder written by `course pretrain-bert`")
+    config = json.loads((folder / "config.json").read_text())
+    architecture = config.pop("architecture", "BertForPreTraining")
+    classes = {"BertForPreTraining": BertForPreTraining, "BertForMaskedLM": BertForMaskedLM}
+    if architecture not in classes:
+        raise ValueError(f"{folder / 'config.json'}: unknown architecture {architecture!r}")
+    model = classes[architecture](BertConfig(**config))
+    if device is not None:
+        model = model.to(device)
+    load_checkpoint(folder / "model.safetensors", model)
+    return model.eval(), Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+# ---------------------------------------------------------------------------------------
+# Command line: course pretrain-bert
+# ---------------------------------------------------------------------------------------
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from ..data import load_documents
+
+    try:
+        device = get_device(args.device)
+        documents = load_documents(args.text, n_docs=args.n_docs, seed=args.seed)
+        t0 = time.perf_counter()
+        result = pretrain_bert(
+            args.size, documents, steps=args.steps, batch_size=args.batch_size, lr=args.lr, masking=args.masking,
+            static_copies=args.static_copies, nsp=not args.no_nsp, max_len=args.max_len, tokenizer_kind=args.tokenizer,
+            vocab_size=args.vocab_size, heldout=0.05, eval_every=args.eval_every, seed=args.seed, device=device,
+        )
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"course pretrain-bert: {exc}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - t0
+    model, tokenizer, history = result
+    evals = {k: v[-1] for k, v in history.evals.items()}
+    metadata = {
+        "recipe": {k: v for k, v in vars(args).items() if k != "func"},
+        "text": args.text or "generated corpus",
+        "history": history.to_dict(),
+        "heldout": evals,
+        "seconds": seconds,
+        "device": str(device),
+        "torch": torch.__version__,
+    }
+    save_pretrained_bert(args.out, model, tokenizer, metadata=metadata)
+    n_params = model.num_parameters()
+    print(f"pretrained a {args.size} BERT ({n_params / 1e6:.1f}M parameters, vocabulary {tokenizer.get_vocab_size()}) "
+          f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss {history.loss[-1]:.3f}")
+    if evals:
+        print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()))
+    else:
+        print("held-out: none (too little text to hold documents back)")
+    print(f"saved to {Path(args.out).resolve()} (load with course_lib.recipes.bert.load_pretrained_bert)")
+    return 0
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def register(sub) -> None:
+    """Add ``course pretrain-bert`` to the ``course`` command."""
+    p = sub.add_parser(
+        "pretrain-bert",
+        help="pretrain a BERT (MLM + NSP) on your text or the generated corpus",
+        description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) and save "
+        "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
+    )
+    p.add_argument("--text", default=None, metavar="PATH_OR_GLOB",
+                   help="text files: a file, a folder of *.txt, or a quoted glob (default: $COURSE_TEXT, else the generated corpus)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the model, its config and tokenizer")
+    p.add_argument("--steps", type=_positive(int), default=2000, help="optimiser steps (default 2000)")
+    p.add_argument("--size", choices=sorted(SIZES), default="small", help="model shape (default small; base-like = BERT-base)")
+    p.add_argument("--batch-size", type=_positive(int), default=64, help="sequences per step (default 64)")
+    p.add_argument("--lr", type=_positive(float), default=None, help="peak learning rate (default depends on --size)")
+    p.add_argument("--max-len", type=_positive(int), default=128, help="tokens per sequence (default 128)")
+    p.add_argument("--vocab-size", type=_positive(int), default=8000, help="tokenizer vocabulary (default 8000)")
+    p.add_argument("--tokenizer", choices=["wordpiece", "byte-bpe"], default="wordpiece", help="default wordpiece (BERT)")
+    p.add_argument("--masking", choices=["static", "dynamic"], default="dynamic", help="default dynamic (RoBERTa)")
+    p.add_argument("--static-copies", type=_positive(int), default=1, help="masked copies for static masking (BERT used 10)")
+    p.add_argument("--no-nsp", action="store_true", help="masked LM only, on full-sentence blocks (RoBERTa)")
+    p.add_argument("--n-docs", type=_positive(int), default=2000, help="generated documents when no --text is given")
+    p.add_argument("--eval-every", type=_positive(int), default=None, help="held-out evaluation every N steps (default: at the end)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: $COURSE_DEVICE, else the best available)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.recipes.bert ...``: the same as ``course pretrain-bert ...``."""
+    parser = argparse.ArgumentParser(prog="python -m course_lib.recipes.bert")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(["pretrain-bert", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

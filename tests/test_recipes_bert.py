@@ -1,0 +1,303 @@
+"""course_lib.recipes.bert: pretraining and fine-tuning end to end on tiny models, the
+`course pretrain-bert` command on generated and user text, and its error messages."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from course_lib.cli import main as course_main
+from course_lib.data import generate_documents
+from course_lib.mlm import IGNORE_INDEX, MaskedLMData
+from course_lib.models.bert import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification
+from course_lib.recipes.bert import (
+    LengthGroupedMLMData,
+    bert_config,
+    classification_accuracy,
+    evaluate_mlm,
+    finetune_classifier,
+    load_pretrained_bert,
+    make_masker,
+    pretrain_bert,
+    pretraining_data,
+    pretraining_examples,
+    save_pretrained_bert,
+    tokenize_documents,
+    train_tokenizer,
+    trim_padding,
+    weights_fingerprint,
+)
+
+TINY = dict(steps=40, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return generate_documents(60, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tok(docs):
+    return train_tokenizer(docs, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def pretrained(docs):
+    return pretrain_bert("tiny", docs, heldout=0.1, eval_every=20, **TINY)
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+def test_tokenize_documents_keeps_the_document_structure(docs, tok):
+    ids = tokenize_documents(docs, tok)
+    assert [len(d) for d in ids] == [len(d) for d in docs]
+    assert ids[0][0] == tok.encode(docs[0].sentences[0].text, add_special_tokens=False).ids
+    plain = tokenize_documents([["A cat sat.", "It slept."]], tok)
+    assert len(plain) == 1 and len(plain[0]) == 2
+    with pytest.raises(ValueError, match="not one str"):
+        tokenize_documents(["just a string"], tok)
+
+
+def test_nsp_examples_and_stream_examples(docs, tok):
+    ex = pretraining_examples(docs, tok, max_len=32, nsp=True, seed=0)
+    n_pairs = sum(len(d) - 1 for d in docs)
+    assert ex["input_ids"].shape[0] == n_pairs and ex["input_ids"].shape[1] <= 32
+    assert set(ex["next_sentence_label"].unique().tolist()) <= {0, 1}
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    assert (ex["input_ids"][:, 0] == cls).all()
+    assert ((ex["input_ids"] == sep).sum(1) == 2).all()  # [CLS] A [SEP] B [SEP]
+    assert (ex["token_type_ids"] <= ex["attention_mask"]).all()
+    stream = pretraining_examples(docs, tok, max_len=32, nsp=False)
+    assert "next_sentence_label" not in stream and stream["input_ids"].shape[1] == 32
+    assert (stream["token_type_ids"] == 0).all()
+    n_tokens = sum(len(s) for d in tokenize_documents(docs, tok) for s in d)
+    assert int(stream["attention_mask"].sum()) == n_tokens + len(docs) + 2 * stream["input_ids"].shape[0]
+
+
+def test_trim_padding_drops_only_all_padding_columns():
+    batch = {
+        "input_ids": torch.tensor([[2, 5, 3, 0, 0], [2, 6, 7, 3, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]),
+        "next_sentence_label": torch.tensor([0, 1]),
+    }
+    out = trim_padding(batch)
+    assert out["input_ids"].tolist() == [[2, 5, 3, 0], [2, 6, 7, 3]]
+    assert out["next_sentence_label"].tolist() == [0, 1]
+    assert trim_padding({"input_ids": torch.ones(2, 3)})["input_ids"].shape == (2, 3)
+
+
+def test_length_grouped_batches_cover_every_example_once_with_the_same_masks(docs, tok):
+    ex = pretraining_examples(docs, tok, max_len=32)
+    grouped = pretraining_data(ex, tok, batch_size=8, masking="dynamic", seed=1)
+    plain = MaskedLMData(ex, masker=grouped.masker, masking="dynamic", batch_size=8, drop_last=True, seed=1)
+    assert isinstance(grouped, LengthGroupedMLMData)
+    for epoch in (0, 1):
+        view = plain.epoch_view(epoch)
+        seen = []
+        for batch in grouped.batches(epoch):
+            assert batch["input_ids"].shape[0] == 8
+            for row in range(8):  # every row is an example of this epoch's masked view, unchanged
+                hits = ((view["input_ids"] == batch["input_ids"][row]).all(1) & (view["labels"] == batch["labels"][row]).all(1)).nonzero()
+                assert hits.numel() >= 1
+                seen.append(int(hits[0]))
+        n, chunks = ex["input_ids"].shape[0], -(-ex["input_ids"].shape[0] // (8 * grouped.group))
+        assert len(seen) == len(set(seen)) and n - 8 * chunks < len(seen) <= n
+    # similar lengths inside a batch: much less padding than random batches
+    def padding(data):
+        return sum(int((trim_padding(b)["attention_mask"] == 0).sum()) for b in data.batches(0))
+    assert padding(grouped) < 0.5 * padding(plain)
+    with pytest.raises(ValueError, match="group"):
+        LengthGroupedMLMData(ex, masker=grouped.masker, group=0)
+
+
+# --- pretraining -----------------------------------------------------------------------------
+
+
+def test_pretrain_bert_end_to_end(pretrained):
+    model, tok, history = pretrained
+    assert isinstance(model, BertForPreTraining) and not model.training
+    assert model.config.vocab_size == tok.get_vocab_size() and model.config.max_position_embeddings == 32
+    assert len(history.loss) == TINY["steps"] and all(math.isfinite(x) for x in history.loss)
+    assert sum(history.loss[-5:]) < sum(history.loss[:5]), "the loss should fall over 40 steps"
+    for key in ("mlm_accuracy", "accuracy_masked", "accuracy_random", "accuracy_kept", "nsp_accuracy"):
+        assert len(history.evals[key]) == 2 and all(0.0 <= v <= 1.0 for v in history.evals[key])
+
+
+def test_evaluate_mlm_agrees_with_a_direct_count(pretrained, docs):
+    model, tok, _ = pretrained
+    ex = pretraining_examples(docs[:20], tok, max_len=32, seed=5)
+    masker = make_masker(tok)
+    got = evaluate_mlm(model, ex, masker, seed=4, batch_size=7)
+    inputs, labels, actions = masker(ex["input_ids"], generator=torch.Generator().manual_seed(4),
+                                     special_mask=ex["attention_mask"] == 0, return_actions=True)
+    with torch.no_grad():
+        out = model(inputs, attention_mask=ex["attention_mask"], token_type_ids=ex["token_type_ids"])
+    chosen = labels != IGNORE_INDEX
+    hit = out.prediction_logits.argmax(-1) == labels
+    assert got["mlm_accuracy"] == pytest.approx(hit[chosen].float().mean().item())
+    for name, code in (("accuracy_masked", 1), ("accuracy_random", 2), ("accuracy_kept", 3)):
+        sel = actions == code
+        assert got[name] == pytest.approx(hit[sel].float().mean().item() if sel.any() else 0.0)
+    loss = torch.nn.functional.cross_entropy(out.prediction_logits[chosen], labels[chosen]).item()
+    assert got["mlm_loss"] == pytest.approx(loss, rel=1e-4)
+    nsp = (out.seq_relationship_logits.argmax(-1) == ex["next_sentence_label"]).float().mean().item()
+    assert got["nsp_accuracy"] == pytest.approx(nsp)
+
+
+def test_pretrain_without_nsp_dynamic_masking_and_byte_bpe(docs):
+    model, tok, history = pretrain_bert("tiny", docs, nsp=False, masking="dynamic", tokenizer_kind="byte-bpe", heldout=0.1,
+                                        **{**TINY, "steps": 10})
+    assert isinstance(model, BertForMaskedLM)
+    assert tok.token_to_id("<pad>") == model.config.pad_token_id == 1
+    assert "nsp_accuracy" not in history.evals and len(history.evals["mlm_accuracy"]) == 1
+
+
+def test_pretrain_bert_caches_with_train_or_load(docs, tok, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_CACHE", str(tmp_path))
+    kwargs = dict(tokenizer=tok, heldout=None, cache_name="test-recipe", **{**TINY, "steps": 5})
+    first = pretrain_bert("tiny", docs, **kwargs)
+    second = pretrain_bert("tiny", docs, **kwargs)
+    assert not first.history.loaded and second.history.loaded
+    assert weights_fingerprint(first.model) == weights_fingerprint(second.model)
+    third = pretrain_bert("tiny", docs, **{**kwargs, "masking": "dynamic"})  # another spec: trains again
+    assert not third.history.loaded
+
+
+def test_pretrain_bert_rejects_bad_input(docs, tok):
+    with pytest.raises(ValueError, match="unknown size"):
+        pretrain_bert("huge", docs, **TINY)
+    with pytest.raises(ValueError, match="steps"):
+        pretrain_bert("tiny", docs, **{**TINY, "steps": 0})
+    with pytest.raises(ValueError, match="at least 2 training documents"):
+        pretrain_bert("tiny", docs[:1], tokenizer=tok, heldout=None, **TINY)
+    with pytest.raises(ValueError, match="fewer than batch_size"):
+        pretrain_bert("tiny", docs[:3], tokenizer=tok, heldout=None, **{**TINY, "batch_size": 64})
+    with pytest.raises(ValueError, match="masking"):
+        pretrain_bert("tiny", docs, tokenizer=tok, masking="sometimes", **TINY)
+    with pytest.raises(TypeError, match="BertConfig or a size"):
+        pretrain_bert(128, docs, tokenizer=tok, **TINY)
+    with pytest.raises(ValueError, match="heldout"):
+        pretrain_bert("tiny", docs, tokenizer=tok, **{**TINY, "heldout": 1.5})
+
+
+def test_bert_config_sizes():
+    c = bert_config("base-like", vocab_size=30522, max_len=512)
+    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size) == (768, 12, 12, 3072)
+    with pytest.raises(ValueError, match="unknown size"):
+        bert_config("xl", vocab_size=100)
+
+
+# --- fine-tuning -----------------------------------------------------------------------------
+
+
+def _keyword_task(n: int, seed: int):
+    """Label 1 when the sentence mentions a plural 'were' (an easy task a tiny model learns)."""
+    g = torch.Generator().manual_seed(seed)
+    nouns = ["cat", "dog", "bird", "fish", "chef", "nurse"]
+    items = []
+    for _ in range(n):
+        a, b = (nouns[int(i)] for i in torch.randint(len(nouns), (2,), generator=g))
+        label = int(torch.rand((), generator=g) < 0.5)
+        items.append((f"The {a} saw the {b} and they {'were' if label else 'was'} happy.", label))
+    return items
+
+
+def test_finetune_classifier_learns_and_copies_the_body(pretrained):
+    model, tok, _ = pretrained
+    train, test = _keyword_task(96, 0), _keyword_task(64, 1)
+    clf, history = finetune_classifier(model, tok, train, steps=60, batch_size=16, lr=3e-3, eval_items=test, eval_every=30)
+    assert isinstance(clf, BertForSequenceClassification) and not clf.training
+    assert history.evals["accuracy"][-1] == classification_accuracy(clf, tok, test)
+    assert classification_accuracy(clf, tok, test) > 0.9
+    # the body started from the pretrained weights: zero steps would leave them unchanged
+    clf0, _ = finetune_classifier(model, tok, train, steps=1, lr=1e-12)
+    assert torch.allclose(clf0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    scratch0, _ = finetune_classifier(model.config, tok, train, steps=1, lr=1e-12)
+    assert not torch.allclose(scratch0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    # same seed: the classifier layer starts equal in both runs
+    assert torch.allclose(clf0.classifier.weight, scratch0.classifier.weight)
+
+
+def test_finetune_classifier_rejects_bad_input(pretrained):
+    model, tok, _ = pretrained
+    with pytest.raises(ValueError, match="no examples"):
+        finetune_classifier(model, tok, [], steps=1)
+    with pytest.raises(ValueError, match="num_labels"):
+        finetune_classifier(model, tok, [("a cat.", 2)], steps=1)
+    with pytest.raises(ValueError, match="pairs"):
+        finetune_classifier(model, tok, [("a cat.", 1, "extra")], steps=1)
+    with pytest.raises(TypeError, match="body"):
+        finetune_classifier(torch.nn.Linear(2, 2), tok, [("a cat.", 1)], steps=1)
+
+
+# --- saving, loading and the command line ---------------------------------------------------
+
+
+def test_save_and_load_round_trip(pretrained, tmp_path):
+    model, tok, _ = pretrained
+    save_pretrained_bert(tmp_path / "m", model, tok, metadata={"note": "test"})
+    loaded, tok2 = load_pretrained_bert(tmp_path / "m")
+    assert isinstance(loaded, BertForPreTraining) and tok2.to_str() == tok.to_str()
+    ids = torch.tensor([tok.encode("The cat sat on the mat.").ids])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).prediction_logits, model(ids).prediction_logits)
+    assert json.loads((tmp_path / "m" / "model.json").read_text())["note"] == "test"
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_pretrained_bert(tmp_path / "nothing")
+    with pytest.raises(TypeError, match="BertForPreTraining"):
+        save_pretrained_bert(tmp_path / "x", torch.nn.Linear(2, 2), tok)
+
+
+CLI_TINY = ["--size", "tiny", "--steps", "6", "--batch-size", "4", "--max-len", "32", "--vocab-size", "300", "--device", "cpu"]
+
+
+def _write_user_text(folder):
+    folder.mkdir()
+    (folder / "a.txt").write_text(
+        "The river was cold. The boat moved slowly. A heron watched the water.\n\n"
+        "My sister bakes bread. She likes rye flour. The oven is hot today.\n\n"
+        "Trains leave at noon. The station is crowded. Nobody knows the way.\n"
+    )
+    (folder / "b.txt").write_text(
+        "Bees visit the flowers. The garden smells sweet. Honey fills the jars.\n\n"
+        "The old clock stopped. Nobody wound it. Dust covered the glass.\n"
+    )
+
+
+def test_cli_on_user_text_writes_a_checkpoint_that_loads(tmp_path, capsys):
+    _write_user_text(tmp_path / "text")
+    out = tmp_path / "model"
+    assert course_main(["pretrain-bert", "--text", str(tmp_path / "text" / "*.txt"), "--out", str(out), *CLI_TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "pretrained a tiny BERT" in printed and str(out) in printed
+    assert {p.name for p in out.iterdir()} >= {"model.safetensors", "model.json", "config.json", "tokenizer.json"}
+    model, tok = load_pretrained_bert(out)
+    assert isinstance(model, BertForPreTraining)
+    ids = tok.encode("The river was cold.").ids
+    assert tok.token_to_id("[UNK]") not in ids  # the tokenizer learned this text
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["recipe"]["steps"] == 6 and len(meta["history"]["loss"]) == 6
+    assert "*.txt" in meta["text"]
+
+
+def test_cli_generated_corpus_without_nsp(tmp_path):
+    out = tmp_path / "mlm"
+    assert course_main(["pretrain-bert", "--out", str(out), "--n-docs", "40", "--no-nsp", "--masking", "dynamic", *CLI_TINY]) == 0
+    model, _ = load_pretrained_bert(out)
+    assert isinstance(model, BertForMaskedLM)
+    assert json.loads((out / "config.json").read_text())["architecture"] == "BertForMaskedLM"
+
+
+def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
+    assert course_main(["pretrain-bert", "--text", str(tmp_path / "missing" / "*.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]) == 2
+    assert "no files match" in capsys.readouterr().err
+    (tmp_path / "one.txt").write_text("Only one paragraph here. It has two sentences.")
+    assert course_main(["pretrain-bert", "--text", str(tmp_path / "one.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]) == 2
+    assert "--no-nsp" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit):
+        course_main(["pretrain-bert", "--out", str(tmp_path / "o"), "--steps", "0"])
