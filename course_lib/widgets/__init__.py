@@ -2,5 +2,15 @@
 the notebooks only display them."""
 
 from .attention import AttentionExplorer, apply_temperature, transformer_attention
+from .masking import MaskingDraw, MaskingWidget, TokenRow, bert_attention, bert_attention_explorer
 
-__all__ = ["AttentionExplorer", "apply_temperature", "transformer_attention"]
+__all__ = [
+    "AttentionExplorer",
+    "apply_temperature",
+    "transformer_attention",
+    "MaskingDraw",
+    "MaskingWidget",
+    "TokenRow",
+    "bert_attention",
+    "bert_attention_explorer",
+]
