@@ -180,22 +180,8 @@ def pad_batch(seqs: Sequence[Sequence[int]], *, pad_id: int, max_len: int | None
 
 # --------------------------------------------------------------------------- ELMo characters
 
-ELMO_MAX_CHARS = 50
+ELMO_MAX_CHARS = 50  # = course_lib.models.elmo.MAX_CHARS_PER_TOKEN
 ELMO_NUM_CHAR_IDS = 262  # 256 bytes + bos/eos sentence + bow/eow word + padding, + 1 for the 0 mask id
-_BOS_CHAR, _EOS_CHAR, _BOW, _EOW, _PAD_CHAR = 256, 257, 258, 259, 260
-
-
-def _word_char_ids(word: str, max_chars: int) -> np.ndarray:
-    ids = np.full(max_chars, _PAD_CHAR, dtype=np.int64)
-    ids[0] = _BOW
-    if word == WordVocab.BOS or word == WordVocab.EOS:
-        ids[1] = _BOS_CHAR if word == WordVocab.BOS else _EOS_CHAR
-        ids[2] = _EOW
-    else:
-        data = word.encode("utf-8", "ignore")[: max_chars - 2]
-        ids[1 : 1 + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        ids[1 + len(data)] = _EOW
-    return ids + 1
 
 
 def elmo_char_ids(sentences, *, add_bos_eos: bool = True, max_len: int | None = None,
@@ -207,27 +193,33 @@ def elmo_char_ids(sentences, *, add_bos_eos: bool = True, max_len: int | None = 
     ``[259, b_1 + 1, ..., b_k + 1, 260, 261, ...]`` for its utf-8 bytes ``b`` (truncated to
     ``max_chars - 2``), ``<S>`` is ``[259, 257, 260, 261, ...]`` and ``</S>`` is
     ``[259, 258, 260, 261, ...]``.
+
+    The data layer's spelling of :func:`course_lib.models.elmo.words_to_char_ids` (the one
+    implementation): it also takes :class:`~course_lib.data.corpus.Sentence` objects, adds
+    ``<S>``/``</S>`` by default, keeps at most ``max_len`` tokens per sentence (boundaries
+    included) and allows an empty sentence when no boundaries are added (an all-padding row).
     """
+    from ..models.elmo import words_to_char_ids
+
     if max_chars < 3:
         raise ValueError(f"max_chars must be >= 3 (begin, one char, end), got {max_chars}")
+    if max_len is not None and max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
     seqs = [list(t) for t in _token_lists(sentences)]
     if not seqs:
         raise ValueError("elmo_char_ids needs at least one sentence")
     if add_bos_eos:
         seqs = [[WordVocab.BOS, *s, WordVocab.EOS] for s in seqs]
-    lengths = [len(s) for s in seqs]
-    T = max(lengths) if max_len is None else min(max(lengths), max_len)
-    T = max(T, 1)
-    cache: dict[str, np.ndarray] = {}
-    out = np.zeros((len(seqs), T, max_chars), dtype=np.int64)
-    for i, s in enumerate(seqs):
-        for j, w in enumerate(s[:T]):
-            row = cache.get(w)
-            if row is None:
-                row = cache[w] = _word_char_ids(w, max_chars)
-            out[i, j] = row
-    mask = np.arange(T)[None, :] < np.minimum(np.array(lengths), T)[:, None]
-    return torch.from_numpy(out).to(device), torch.from_numpy(mask).to(device)
+    if max_len is not None:
+        seqs = [s[:max_len] for s in seqs]
+    filled = [i for i, s in enumerate(seqs) if s]
+    width = max(max(len(s) for s in seqs), 1)
+    chars = torch.zeros(len(seqs), width, max_chars, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+    if filled:  # an empty row (no words, no boundaries) stays all padding
+        c, m = words_to_char_ids([seqs[i] for i in filled], max_chars=max_chars)
+        chars[filled, : c.shape[1]], mask[filled, : m.shape[1]] = c, m
+    return chars.to(device), mask.to(device)
 
 
 # --------------------------------------------------------------------------- subword tokenizers (HF)
