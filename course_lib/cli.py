@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.notebooks",
     "course_lib.grading.cli",
     "course_lib.recipes.bert",
+    "course_lib.recipes.elmo",
 ]
 
 
