@@ -1,0 +1,260 @@
+"""Chapter 3's graded exercises: the solution notebook's format, its release, agreement of
+the reference answers with course_lib, and `course grade` on full, empty, partial and
+rewritten submissions (exact points)."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.grading.format import load_assignment
+from course_lib.grading.release import release
+from course_lib.notebooks import check_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "03_bert.ipynb"
+EXERCISE = ROOT / "exercises" / "03_bert.ipynb"
+MASK, EMB, PACK = "masking-answer", "embeddings-answer", "packing-answer"
+CHECKS = {
+    "masking": ["masking-basics", "masking-statistics", "masking-fresh", "masking-uniform"],
+    "embeddings": ["embeddings-small", "embeddings-sizes", "embeddings-sum"],
+    "packing": ["packing-small", "packing-random", "packing-edges"],
+}
+ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
+
+
+def _cells(nb: dict, tag: str) -> list[dict]:
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def _src(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def reference() -> dict:
+    """The preamble and the reference answers, executed."""
+    nb = json.loads(SOLUTION.read_text())
+    ns: dict = {}
+    for cell in _cells(nb, "preamble") + _cells(nb, "answer"):
+        exec(_src(cell), ns)
+    return ns
+
+
+# --- format and release ----------------------------------------------------------------------
+
+
+def test_solution_notebook_is_valid_and_released():
+    a = load_assignment(SOLUTION)
+    assert a.name == "03_bert" and a.max_points == 10
+    assert [e.id for e in a.exercises] == ["masking", "embeddings", "packing"]
+    assert [c.id for c in a.checks] == ALL_CHECKS
+    assert sum(c.hidden for c in a.checks) == 6
+    target, fresh = release(SOLUTION, EXERCISE.parent, check=True)
+    assert fresh, "exercises/03_bert.ipynb is out of date: run `course release 03_bert`"
+    assert check_notebook(SOLUTION) == [] and check_notebook(EXERCISE) == []
+    released = {ln.strip() for c in json.loads(EXERCISE.read_text())["cells"] for ln in _src(c).splitlines()}
+    visible = {ln.strip() for c in _cells(json.loads(SOLUTION.read_text()), "check") for ln in _src(c).splitlines()}
+    sol = json.loads(SOLUTION.read_text())
+    for cell in _cells(sol, "hidden-check"):
+        for line in _src(cell).splitlines():
+            if len(line.strip()) > 30 and line.strip() not in visible:
+                assert line.strip() not in released, line
+    for cell in _cells(sol, "answer"):  # the statements of the answers' bodies (not the docstrings)
+        src = _src(cell)
+        for fn in ast.parse(src).body:
+            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
+            for stmt in body:
+                first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
+                assert first not in released, first
+    assert "raise NotImplementedError" in EXERCISE.read_text()
+
+
+# --- the reference answers agree with course_lib ---------------------------------------------
+
+
+def test_reference_masking_matches_course_lib_statistics():
+    from course_lib.mlm import KEPT, MASKED, RANDOM, mask_tokens
+
+    ref = reference()["mask_tokens"]
+    torch.manual_seed(0)
+    ids = torch.randint(5, 2000, (300, 400))
+    inputs, labels = ref(ids, 2000, 4, [0, 1, 2, 3])
+    chosen = labels != -100
+    ours = {"masked": (inputs == 4) & chosen, "kept": (inputs == ids) & chosen}
+    c_inputs, c_labels, actions = mask_tokens(ids, vocab_size=2000, mask_token_id=4, special_ids=[0, 1, 2, 3],
+                                              generator=torch.Generator().manual_seed(0), return_actions=True)
+    c_chosen = actions > 0
+    assert torch.equal(c_labels[c_chosen], ids[c_chosen])
+    for mine, code in [(ours["masked"], MASKED), (ours["kept"], KEPT)]:
+        assert abs(mine.sum() / chosen.sum() - (actions == code).sum() / c_chosen.sum()) < 0.01
+    assert abs(chosen.float().mean() - c_chosen.float().mean()) < 0.003
+    assert (actions == RANDOM).any()
+
+
+def test_reference_embeddings_match_bert_embeddings():
+    from course_lib.models.bert import BertConfig, BertEmbeddings
+
+    emb = BertEmbeddings(BertConfig.from_course(vocab_size=50, d_model=16, n_heads=2, n_layers=1, max_len=12, dropout=0.0)).eval()
+    ids, types = torch.randint(50, (3, 12)), torch.randint(2, (3, 12))
+    ours = reference()["bert_embeddings"](ids, types, emb.word_embeddings.weight, emb.position_embeddings.weight,
+                                          emb.token_type_embeddings.weight, emb.norm.weight, emb.norm.bias)
+    torch.testing.assert_close(ours, emb(ids, types), atol=1e-5, rtol=1e-5)
+
+
+def test_reference_packing_matches_course_lib():
+    from course_lib.mlm import pack_pair
+
+    ref = reference()["pack_pair"]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        a = torch.randint(5, 99, (int(torch.randint(1, 30, (), generator=g)),), generator=g).tolist()
+        b = torch.randint(5, 99, (int(torch.randint(1, 30, (), generator=g)),), generator=g).tolist()
+        max_len = int(torch.randint(5, 70, (), generator=g))
+        ids, types = ref(a, b, max_len, 2, 3)
+        packed = pack_pair(a, b, max_len, cls_id=2, sep_id=3)
+        assert ids == packed["input_ids"].tolist() and types == packed["token_type_ids"].tolist()
+
+
+# --- grading submissions ------------------------------------------------------------------------
+
+PARTIAL = {
+    # random replacements drawn from the whole vocabulary, specials included: fails the two hidden checks
+    MASK: '''
+def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.15):
+    special = torch.isin(input_ids, torch.tensor(list(special_ids) + [mask_id]))
+    chosen = (torch.rand(input_ids.shape) < mlm_probability) & ~special
+    u = torch.rand(input_ids.shape)
+    inputs = input_ids.clone()
+    inputs[chosen & (u < 0.8)] = mask_id
+    rnd = chosen & (u >= 0.8) & (u < 0.9)
+    inputs[rnd] = torch.randint(vocab_size, input_ids.shape, dtype=input_ids.dtype)[rnd]
+    return inputs, torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+''',
+    # only two segments: fails the hidden check with three
+    EMB: '''
+def bert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta, eps=1e-12):
+    n = input_ids.shape[1]
+    if n > position_table.shape[0]:
+        raise ValueError("too long")
+    if token_type_ids is None:
+        token_type_ids = torch.zeros_like(input_ids)
+    seg = torch.where(token_type_ids[..., None] == 1, segment_table[1], segment_table[0])
+    x = word_table[input_ids] + position_table[:n] + seg
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+''',
+    # the first [SEP] gets segment 1: every check of the exercise fails
+    PACK: '''
+def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
+    if max_len < 5:
+        raise ValueError("too short")
+    a, b = list(tokens_a), list(tokens_b)
+    while len(a) + len(b) > max_len - 3:
+        (a if len(a) > len(b) else b).pop()
+    return [cls_id] + a + [sep_id] + b + [sep_id], [0] * (len(a) + 1) + [1] * (len(b) + 2)
+''',
+}
+PARTIAL_FAILS = {"masking-fresh", "masking-uniform", "embeddings-sum", *CHECKS["packing"]}
+
+REWRITTEN = {
+    MASK: '''
+import numpy as np
+
+def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.15):
+    """A categorical draw per chosen token, written with torch.multinomial."""
+    banned = set(int(s) for s in special_ids) | {int(mask_id)}
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in banned])
+    flat = input_ids.reshape(-1)
+    eligible = torch.tensor([int(t) not in banned for t in flat.tolist()], dtype=torch.bool)
+    chosen = torch.bernoulli(torch.full(flat.shape, float(mlm_probability))).bool() & eligible
+    outcome = torch.multinomial(torch.tensor([0.8, 0.1, 0.1]), flat.numel(), replacement=True)
+    out = flat.clone()
+    out[chosen & (outcome == 0)] = mask_id
+    swap = chosen & (outcome == 1)
+    out[swap] = ordinary[torch.randint(len(ordinary), (int(swap.sum()),))].to(out.dtype)
+    labels = flat.clone()
+    labels[~chosen] = -100
+    return out.reshape(input_ids.shape), labels.reshape(input_ids.shape)
+''',
+    EMB: '''
+def bert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta, eps=1e-12):
+    batch, n = input_ids.shape
+    if n > len(position_table):
+        raise ValueError(f"{n} > {len(position_table)}")
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = torch.nn.functional.embedding(input_ids, word_table)
+    x = x + torch.nn.functional.embedding(torch.arange(n).expand(batch, n), position_table)
+    x = x + torch.nn.functional.embedding(types, segment_table)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+''',
+    PACK: '''
+def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
+    budget = max_len - 3
+    if budget < 2:
+        raise ValueError(f"max_len={max_len} is too small")
+    la, lb = len(tokens_a), len(tokens_b)
+    if la + lb > budget:  # closed form of "trim the longer one, B on ties"
+        la_new = min(la, max(budget - lb, (budget + 1) // 2))
+        lb = min(lb, budget - la_new)
+        la = la_new
+    ids = [cls_id, *tokens_a[:la], sep_id, *tokens_b[:lb], sep_id]
+    return ids, [0 if i < la + 2 else 1 for i in range(len(ids))]
+''',
+}
+
+
+def _submission(folder: Path, name: str, answers: dict[str, str], base: str = "solution") -> Path:
+    nb = json.loads(EXERCISE.read_text())
+    sol = {c["id"]: _src(c) for c in _cells(json.loads(SOLUTION.read_text()), "answer")}
+    sources = dict(sol) if base == "solution" else {}
+    sources.update(answers)
+    for cell in nb["cells"]:
+        if cell.get("id") in sources:
+            cell["source"] = sources[cell["id"]]
+    path = folder / f"{name}.ipynb"
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder, out = tmp_path_factory.mktemp("subs03"), tmp_path_factory.mktemp("grades03")
+    subs = {
+        "solution": SOLUTION,
+        "stub": EXERCISE,
+        "partial": _submission(folder, "partial", PARTIAL),
+        "rewritten": _submission(folder, "rewritten", REWRITTEN),
+        "one_exercise": _submission(folder, "one_exercise", {PACK: REWRITTEN[PACK]}, base="stub"),
+    }
+    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / "grades.csv", newline="") as fh:
+        rows = {Path(r["submission"]).resolve(): r for r in csv.DictReader(fh)}
+    reports = {}
+    for name, path in subs.items():
+        row = rows[path.resolve()]
+        folder_name = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
+        reports[name] = (row, json.loads((folder_name / "report.json").read_text()))
+    return reports
+
+
+@pytest.mark.parametrize("name, points, failing", [
+    ("solution", 10, set()),
+    ("stub", 0, set(ALL_CHECKS)),
+    ("partial", 4, PARTIAL_FAILS),
+    ("rewritten", 10, set()),
+    ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"])),
+])
+def test_exact_points(graded, name, points, failing):
+    row, rep = graded[name]
+    got = {c["id"]: c["passed"] for c in rep["checks"]}
+    assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
+    assert row["status"] == "graded" and row["max_points"] == "10"
+    assert int(row["points"]) == points == rep["points"]
