@@ -173,6 +173,26 @@ def fetch_assets(vendor: Path, *, quiet: bool = False) -> Path:
     return vendor
 
 
+def _library_fingerprint() -> str:
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for path in sorted(here.rglob("*")):
+        if path.suffix in {".py", ".json", ".tsv"} and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(here)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _library_changed(root: Path) -> bool:
+    """True when course_lib changed since the last build (and remember the new state)."""
+    stamp = root / "_build" / ".course_lib_fingerprint"
+    now = _library_fingerprint()
+    old = stamp.read_text() if stamp.exists() else None
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(now)
+    return old != now
+
+
 def build_book(root: Path | None = None, *, all_pages: bool = False, strict: bool = False, quiet: bool = False) -> int:
     """Fetch the assets and run ``jupyter-book build``; return its exit code.
 
@@ -180,6 +200,10 @@ def build_book(root: Path | None = None, *, all_pages: bool = False, strict: boo
     """
     root = project_root(root)
     fetch_assets(root / "_build" / "vendor", quiet=quiet)
+    if _library_changed(root):
+        # the Jupyter cache keys on notebook text only: a change in course_lib must re-execute
+        shutil.rmtree(root / "_build" / ".jupyter_cache", ignore_errors=True)
+        all_pages = True
     exe = Path(sys.executable).parent / "jupyter-book"
     cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(root)]
     if all_pages:
@@ -187,6 +211,9 @@ def build_book(root: Path | None = None, *, all_pages: bool = False, strict: boo
     if strict:
         cmd += ["-W", "--keep-going"]
     env = dict(os.environ)
+    if not env.get("MPLBACKEND", "").startswith("module://"):
+        env.pop("MPLBACKEND", None)  # a non-inline backend would drop every plot from the pages
+    env.setdefault("COURSE_PROGRESS", "0")  # no progress bars frozen into the pages
     env.setdefault("COURSE_CACHE", str(root / "_build" / "cache"))
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     t0 = time.perf_counter()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["plot_attention", "plot_heads", "to_numpy"]
+__all__ = ["plot_attention", "plot_heads", "to_numpy", "figure_png"]
 
 
 def to_numpy(x) -> np.ndarray:
@@ -91,3 +91,19 @@ def plot_heads(
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def figure_png(fig, *, dpi: int = 100):
+    """A matplotlib figure as an ``IPython.display.Image`` (PNG bytes).
+
+    Widgets display this rather than the figure itself: the PNG shows the same in
+    JupyterLab, Colab, nbclient and the widget snapshot of the built book, whatever
+    matplotlib backend the kernel uses.
+    """
+    import io
+
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return Image(data=buf.getvalue(), format="png")

@@ -3,8 +3,12 @@ import os
 import pytest
 import torch
 
+import matplotlib
+
 os.environ.setdefault("COURSE_PROGRESS", "0")
-os.environ.setdefault("MPLBACKEND", "Agg")
+# Agg for this process only: kernels started from the tests (book build, nbval) must keep
+# their inline backend, so MPLBACKEND is not set in the environment they inherit.
+matplotlib.use("Agg")
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..viz import plot_attention, to_numpy
+from ..viz import figure_png, plot_attention, to_numpy
 
 __all__ = ["apply_temperature", "AttentionExplorer", "transformer_attention"]
 
@@ -119,7 +119,7 @@ class AttentionExplorer:
 
         def render(kind, layer, head, temperature):
             fig = self.draw(kind, layer, head, temperature)
-            display(fig)
+            display(figure_png(fig))
             plt.close(fig)
 
         self.kind_w.observe(on_kind, names="value")
