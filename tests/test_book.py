@@ -167,3 +167,10 @@ def test_intro_page_renders_offline(browser, served_book):
     page.wait_for_selector("mjx-container", state="attached", timeout=20000)
     assert failures == [], failures
     page.close()
+
+
+def test_launch_buttons_point_at_the_repository(built_book):
+    html = (built_book / "book" / "02_transformer.html").read_text()
+    repo = repository_url(ROOT).removeprefix("https://github.com/")
+    assert f"https://colab.research.google.com/github/{repo}/blob/main/book/02_transformer.ipynb" in html
+    assert f"https://mybinder.org/v2/gh/{repo}/main?urlpath=tree/book/02_transformer.ipynb" in html
