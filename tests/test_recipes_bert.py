@@ -123,7 +123,7 @@ def test_pretrain_bert_end_to_end(pretrained):
     assert model.config.vocab_size == tok.get_vocab_size() and model.config.max_position_embeddings == 32
     assert len(history.loss) == TINY["steps"] and all(math.isfinite(x) for x in history.loss)
     assert sum(history.loss[-5:]) < sum(history.loss[:5]), "the loss should fall over 40 steps"
-    for key in ("mlm_accuracy", "accuracy_masked", "accuracy_random", "accuracy_kept", "nsp_accuracy"):
+    for key in ("mlm_accuracy", "accuracy_masked", "accuracy_random", "accuracy_kept", "accuracy_unchosen", "nsp_accuracy"):
         assert len(history.evals[key]) == 2 and all(0.0 <= v <= 1.0 for v in history.evals[key])
 
 
@@ -142,6 +142,9 @@ def test_evaluate_mlm_agrees_with_a_direct_count(pretrained, docs):
     for name, code in (("accuracy_masked", 1), ("accuracy_random", 2), ("accuracy_kept", 3)):
         sel = actions == code
         assert got[name] == pytest.approx(hit[sel].float().mean().item() if sel.any() else 0.0)
+    visible = (actions == 0) & ex["attention_mask"].bool() & ~torch.isin(ex["input_ids"], torch.tensor(masker.special_ids))
+    copied = out.prediction_logits.argmax(-1) == ex["input_ids"]
+    assert got["accuracy_unchosen"] == pytest.approx(copied[visible].float().mean().item())
     loss = torch.nn.functional.cross_entropy(out.prediction_logits[chosen], labels[chosen]).item()
     assert got["mlm_loss"] == pytest.approx(loss, rel=1e-4)
     nsp = (out.seq_relationship_logits.argmax(-1) == ex["next_sentence_label"]).float().mean().item()
@@ -165,6 +168,18 @@ def test_pretrain_bert_caches_with_train_or_load(docs, tok, tmp_path, monkeypatc
     assert weights_fingerprint(first.model) == weights_fingerprint(second.model)
     third = pretrain_bert("tiny", docs, **{**kwargs, "masking": "dynamic"})  # another spec: trains again
     assert not third.history.loaded
+
+
+def test_continued_pretraining_starts_from_init(pretrained, docs):
+    model, tok, _ = pretrained
+    fingerprint = weights_fingerprint(model)
+    more = pretrain_bert(model.config, docs, tokenizer=tok, init=model, heldout=None, **{**TINY, "steps": 1})
+    before = model.bert.embeddings.position_embeddings.weight
+    after = more.model.bert.embeddings.position_embeddings.weight
+    assert not torch.equal(before, after) and (before - after).abs().max() < 0.05  # one small step away
+    assert weights_fingerprint(model) == fingerprint  # init is not modified
+    with pytest.raises(ValueError, match="same configuration"):
+        pretrain_bert("tiny", docs, tokenizer=tok, init=model, nsp=False, heldout=None, **{**TINY, "steps": 1})
 
 
 def test_pretrain_bert_rejects_bad_input(docs, tok):

@@ -72,9 +72,13 @@ __all__ = [
     "evaluate_mlm",
     "pretrain",
     "PretrainedBert",
+    "split_documents",
     "pretrain_bert",
     "mlm_logits",
     "top_predictions",
+    "word_order_pairs",
+    "labelled_pairs",
+    "minimal_pair_preference",
     "classification_inputs",
     "finetune_classifier",
     "classification_accuracy",
@@ -89,7 +93,7 @@ __all__ = [
 # Model shapes by name. "small" is the chapter's model; "base-like" is BERT-base's shape.
 SIZES: dict[str, dict[str, int]] = {
     "tiny": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),  # tests: milliseconds per step
-    "small": dict(d_model=128, n_heads=4, n_layers=4, d_ff=256),  # the chapter, on a CPU
+    "small": dict(d_model=128, n_heads=4, n_layers=2, d_ff=512),  # the chapter, on a CPU
     "medium": dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024),  # a laptop GPU, minutes
     "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
 }
@@ -284,8 +288,10 @@ def evaluate_mlm(
 
     Returns ``mlm_accuracy`` (top-1 over all chosen tokens), ``mlm_loss``, the accuracy
     split by what the input showed at the chosen position (``accuracy_masked``: ``[MASK]``,
-    ``accuracy_random``: a random token, ``accuracy_kept``: the true token) and, for a model
-    with an NSP head and labelled examples, ``nsp_accuracy``.
+    ``accuracy_random``: a random token, ``accuracy_kept``: the true token),
+    ``accuracy_unchosen`` (ordinary tokens that were not chosen, where the loss never looks:
+    how often the output reproduces the input, as a fine-tuning input would be read) and,
+    for a model with an NSP head and labelled examples, ``nsp_accuracy``.
     """
     was_training = model.training
     model.eval()
@@ -294,12 +300,16 @@ def evaluate_mlm(
     special = examples["attention_mask"] == 0 if "attention_mask" in examples else None
     inputs, labels, actions = masker(examples["input_ids"], generator=g, special_mask=special, return_actions=True)
     n = inputs.size(0)
+    specials = torch.tensor(masker.special_ids + (masker.mask_token_id,))
+    visible = (actions == 0) & ~torch.isin(examples["input_ids"], specials)
+    if special is not None:
+        visible &= ~special
     loss_sum, correct, count = 0.0, torch.zeros(4), torch.zeros(4)
     nsp_correct, nsp_count = 0, 0
     has_nsp = hasattr(model, "nsp_head") and "next_sentence_label" in examples
     for i in range(0, n, batch_size):
         sl = slice(i, i + batch_size)
-        batch = {"input_ids": inputs[sl], "labels": labels[sl], "actions": actions[sl]}
+        batch = {"input_ids": inputs[sl], "labels": labels[sl], "actions": actions[sl], "visible": visible[sl]}
         for k in ("attention_mask", "token_type_ids"):
             if k in examples:
                 batch[k] = examples[k][sl]
@@ -316,18 +326,22 @@ def evaluate_mlm(
             sel = act == a
             correct[a] += hit[sel].sum()
             count[a] += sel.sum()
+        vis = batch["visible"]
+        correct[0] += (logits[vis].argmax(-1) == batch["input_ids"][vis]).sum().cpu()
+        count[0] += vis.sum().cpu()
         if has_nsp:
             label = examples["next_sentence_label"][sl].to(device)
             nsp_correct += int((out.seq_relationship_logits.argmax(-1) == label).sum())
             nsp_count += label.numel()
     model.train(was_training)
-    total = count.sum().clamp(min=1)
+    total = count[1:].sum().clamp(min=1)
     result = {
-        "mlm_accuracy": float(correct.sum() / total),
+        "mlm_accuracy": float(correct[1:].sum() / total),
         "mlm_loss": loss_sum / float(total),
         "accuracy_masked": float(correct[MASKED] / count[MASKED].clamp(min=1)),
         "accuracy_random": float(correct[RANDOM] / count[RANDOM].clamp(min=1)),
         "accuracy_kept": float(correct[KEPT] / count[KEPT].clamp(min=1)),
+        "accuracy_unchosen": float(correct[0] / count[0].clamp(min=1)),
     }
     if has_nsp:
         result["nsp_accuracy"] = nsp_correct / max(nsp_count, 1)
@@ -392,7 +406,11 @@ class PretrainedBert(NamedTuple):
     history: History  # losses per step; evals["mlm_accuracy"] etc. on held-out documents
 
 
-def _split_heldout(documents: list, heldout: Sequence[Any] | float | None) -> tuple[list, list]:
+def split_documents(documents: Sequence[Any], heldout: Sequence[Any] | float | None) -> tuple[list, list]:
+    """``(training documents, held-out documents)``: ``heldout`` is a fraction (every k-th
+    document is held out; nothing when fewer than 2 would remain on either side), a list of
+    held-out documents, or ``None``."""
+    documents = list(documents)
     if heldout is None:
         return documents, []
     if isinstance(heldout, float):
@@ -424,6 +442,7 @@ def pretrain_bert(
     vocab_size: int = 4000,
     heldout: Sequence[Any] | float | None = 0.05,
     eval_every: int | None = None,
+    init: nn.Module | None = None,
     seed: int = 0,
     device: torch.device | str | None = None,
     cache_name: str | None = None,
@@ -449,6 +468,8 @@ def pretrain_bert(
         heldout: documents for evaluation, or the fraction of ``documents`` to hold out
             (every k-th one), or ``None``. Held-out MLM accuracy is logged every
             ``eval_every`` steps and at the end (``history.evals``).
+        init: a model of the same architecture to start from (continued pretraining)
+            instead of random weights; it is not modified.
         seed: seeds the pairs, the masks, the batch order and the initial weights.
         device: default :func:`~course_lib.device.get_device`.
         cache_name: train through :func:`~course_lib.checkpoints.train_or_load` under this
@@ -466,7 +487,7 @@ def pretrain_bert(
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if max_len < 8:
         raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
-    train_docs, held_docs = _split_heldout(documents, heldout)
+    train_docs, held_docs = split_documents(documents, heldout)
     if nsp and sum(1 for d in train_docs if _sentence_texts(d)) < 2:
         raise ValueError(
             f"next-sentence prediction needs at least 2 training documents (random sentences come from another "
@@ -504,6 +525,10 @@ def pretrain_bert(
 
     seed_everything(seed)
     model = (BertForPreTraining(config) if nsp else BertForMaskedLM(config)).to(device)
+    if init is not None:
+        if type(init) is not type(model) or init.config.to_dict() != config.to_dict():
+            raise ValueError(f"init must be a {type(model).__name__} with the same configuration as the model to train")
+        model.load_state_dict(init.state_dict())
 
     def train(m: nn.Module) -> History:
         return pretrain(m, data, steps=steps, lr=lr, eval_fn=eval_fn if held is not None else None,
@@ -517,6 +542,7 @@ def pretrain_bert(
             static_copies=static_copies, nsp=nsp, max_len=max_len, mlm_probability=mlm_probability, seed=seed,
             eval_every=eval_every, documents=documents_fingerprint(train_docs),
             heldout=documents_fingerprint(held_docs) if held_docs else None, tokenizer=_tokenizer_fingerprint(tokenizer),
+            init=weights_fingerprint(init) if init is not None else None,
         )
         history = train_or_load(cache_name, model, spec, train)
     model.eval()
@@ -538,6 +564,88 @@ def top_predictions(model: nn.Module, tokenizer, inputs: Mapping[str, Tensor], p
         top = p.topk(k)
         out.append([(tokenizer.id_to_token(int(i)), float(v)) for v, i in zip(top.values, top.indices)])
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# Minimal pairs: what a masked LM prefers, without any fine-tuning
+# ---------------------------------------------------------------------------------------
+
+
+def word_order_pairs(sentences: Sequence[Any], *, seed: int = 0) -> list[tuple[str, str]]:
+    """``(original, corrupted)`` minimal pairs: two adjacent words of each sentence swapped.
+
+    ``sentences``: Sentence objects or token lists (the final punctuation mark stays in
+    place; sentences with fewer than three words before it are skipped). A word-order
+    acceptability task in the spirit of CoLA, built from any text.
+    """
+    import random
+
+    from ..data import detokenize
+
+    rng = random.Random(seed)
+    out = []
+    for s in sentences:
+        toks = list(s.tokens if hasattr(s, "tokens") else s)
+        body, end = (toks[:-1], toks[-1:]) if toks and not any(c.isalnum() for c in toks[-1]) else (toks, [])
+        candidates = [i for i in range(len(body) - 1) if body[i].lower() != body[i + 1].lower()]
+        if len(body) < 3 or not candidates:
+            continue
+        i = rng.choice(candidates)
+        bad = body[:i] + [body[i + 1], body[i]] + body[i + 2 :]
+        out.append((detokenize(body + end), detokenize(bad + end)))
+    return out
+
+
+def labelled_pairs(pairs: Sequence[tuple[str, str]], *, seed: int = 0) -> list[tuple[str, int]]:
+    """Minimal pairs -> shuffled ``(text, label)`` items: 1 for the first member, 0 for the second."""
+    import random
+
+    items = [(good, 1) for good, _ in pairs] + [(bad, 0) for _, bad in pairs]
+    random.Random(seed).shuffle(items)
+    return items
+
+
+@torch.no_grad()
+def minimal_pair_preference(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 256) -> tuple[float, int]:
+    r"""How often a masked LM prefers the first member of each minimal pair: ``(share, n_used)``.
+
+    Both sentences are tokenized; where they have the same length, the positions :math:`D`
+    where they differ are masked in one shared input, and the pair counts as preferred when
+    :math:`\sum_{d \in D} \log p(x^{good}_d \mid \tilde x) > \sum_{d \in D} \log p(x^{bad}_d \mid \tilde x)`
+    (Goldberg 2019's test of agreement, generalised). Pairs whose tokenizations differ in
+    length are skipped; ``n_used`` says how many were scored.
+    """
+    mask_id = _special_ids(tokenizer)["mask"]
+    good_ids, bad_ids, masked = [], [], []
+    for good, bad in pairs:
+        g, b = tokenizer.encode(good).ids, tokenizer.encode(bad).ids
+        if len(g) != len(b) or g == b:
+            continue
+        g, b = torch.tensor(g), torch.tensor(b)
+        good_ids.append(g)
+        bad_ids.append(b)
+        masked.append(torch.where(g != b, mask_id, g))
+    if not masked:
+        raise ValueError("no pair has two tokenizations of equal length that differ: nothing to score")
+    device = model_device(model)
+    was_training = model.training
+    model.eval()
+    wins = 0
+    for i in range(0, len(masked), batch_size):
+        sl = slice(i, i + batch_size)
+        lengths = torch.tensor([len(x) for x in masked[sl]])
+        pad = torch.nn.utils.rnn.pad_sequence
+        x = pad(masked[sl], batch_first=True, padding_value=_special_ids(tokenizer)["pad"])
+        attn = (torch.arange(x.size(1))[None, :] < lengths[:, None]).long()
+        logp = torch.log_softmax(mlm_logits(model, input_ids=x.to(device), attention_mask=attn.to(device)).float(), -1).cpu()
+        g = pad(good_ids[sl], batch_first=True)
+        b = pad(bad_ids[sl], batch_first=True)
+        diff = (g != b) & attn.bool()
+        score_g = (logp.gather(-1, g[..., None])[..., 0] * diff).sum(1)
+        score_b = (logp.gather(-1, b[..., None])[..., 0] * diff).sum(1)
+        wins += int((score_g > score_b).sum())
+    model.train(was_training)
+    return wins / len(masked), len(masked)
 
 
 # ---------------------------------------------------------------------------------------
