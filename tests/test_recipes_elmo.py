@@ -105,6 +105,8 @@ def test_tiny_training_lowers_the_loss_and_is_honest(corpus):
     assert set(ev) == {"forward_loss", "backward_loss", "prefix_forward_loss"}
     assert ev["forward_loss"] < math.log(len(vocab))  # better than a uniform guess on held-out sentences
     assert abs(ev["prefix_forward_loss"] - ev["forward_loss"]) < 1e-4  # an honest forward LM never looks ahead
+    quick = pretrain_elmo("tiny", corpus, steps=2, batch_size=16, heldout=32, prefix_eval=False, device="cpu", progress=False)
+    assert set(quick.history.evals) == {"forward_loss", "backward_loss"}
 
 
 def test_layer_vectors_match_the_model(corpus):

@@ -54,8 +54,8 @@ from torch import Tensor
 
 from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
 from ..device import get_device, seed_everything
-from ..models.elmo import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, ElmoConfig, ElmoLanguageModel, train_elmo_lm, words_to_char_ids
-from ..train import History, model_device
+from ..models.elmo import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, ElmoConfig, ElmoLanguageModel, elmo_lm_loss, words_to_char_ids
+from ..train import History, fit, model_device, to_device
 
 __all__ = [
     "SIZES",
@@ -65,6 +65,7 @@ __all__ = [
     "build_vocab",
     "ElmoLMData",
     "random_word_sampler",
+    "evaluate_lm",
     "train_elmo",
     "PretrainedElmo",
     "pretrain_elmo",
@@ -94,7 +95,7 @@ SIZES: dict[str, dict[str, Any]] = {
 DEFAULT_LR = {"tiny": 1e-2, "small": 5e-3, "medium": 3e-3, "allennlp-small": 1e-3, "original": 5e-4}  # peak AdamW rates
 
 # What chapter 1 trains; the defaults of `course train-elmo`.
-CHAPTER: dict[str, Any] = dict(size="small", n_sentences=20_000, vocab_size=8000, steps=600, batch_size=32, seed=0)
+CHAPTER: dict[str, Any] = dict(size="small", n_sentences=20_000, vocab_size=8000, steps=400, batch_size=32, seed=0)
 
 
 def elmo_config(size: str = "small", *, vocab_size: int, **overrides: Any) -> ElmoConfig:
@@ -244,6 +245,23 @@ def random_word_sampler(
     return batch_at
 
 
+@torch.no_grad()
+def evaluate_lm(model: ElmoLanguageModel, batch: Mapping[str, Tensor], *, prefix: bool = True) -> dict[str, float]:
+    """Held-out losses on one batch, in eval mode: ``forward_loss``, ``backward_loss`` and, with
+    ``prefix``, ``prefix_forward_loss`` (each word predicted with everything after it deleted;
+    equal to ``forward_loss`` for an honest model, see
+    :meth:`~course_lib.models.elmo.ElmoLanguageModel.prefix_forward_loss`)."""
+    was_training = model.training
+    model.eval()
+    b = to_device(dict(batch), model_device(model))
+    out = model.lm_loss(b["char_ids"], b["word_ids"], b.get("mask"))
+    result = {"forward_loss": out.forward.item(), "backward_loss": out.backward.item()}
+    if prefix:
+        result["prefix_forward_loss"] = model.prefix_forward_loss(b["char_ids"], b["word_ids"], b.get("mask")).item()
+    model.train(was_training)
+    return result
+
+
 def train_elmo(
     model: ElmoLanguageModel,
     data: ElmoLMData,
@@ -254,21 +272,25 @@ def train_elmo(
     seed: int = 0,
     eval_batch: Mapping[str, Tensor] | None = None,
     eval_every: int | None = None,
+    prefix_eval: bool = True,
     progress: bool | None = None,
     desc: str = "biLM",
 ) -> History:
-    """Train ``model`` on ``data`` with :func:`~course_lib.models.elmo.train_elmo_lm` (AdamW,
-    5% warm-up, cosine decay, gradient clipping at 1); returns the History.
+    """Train ``model`` on ``data`` with :func:`~course_lib.train.fit` and
+    :func:`~course_lib.models.elmo.elmo_lm_loss` (AdamW, 5% warm-up, cosine decay, gradient
+    clipping at 1); returns the History.
 
-    With ``eval_batch`` the history holds ``forward_loss``, ``backward_loss`` and
-    ``prefix_forward_loss`` on it (every ``eval_every`` steps and at the end).
+    With ``eval_batch`` the history's ``evals`` hold :func:`evaluate_lm` on it every
+    ``eval_every`` steps and at the end (``prefix_eval=False`` skips the prefix loss, which
+    runs one copy of the batch per position).
     """
     if steps < 1:
         raise ValueError(f"steps must be positive, got {steps}")
     if model.config.vocab_size < len(data.vocab):
         raise ValueError(f"the model's softmax has {model.config.vocab_size} words, the data's vocabulary {len(data.vocab)}")
-    return train_elmo_lm(model, data.sampler(batch_size, seed=seed), steps=steps, lr=lr, eval_batch=eval_batch,
-                         eval_every=eval_every, progress=progress, desc=desc)
+    eval_fn = None if eval_batch is None else (lambda m: evaluate_lm(m, eval_batch, prefix=prefix_eval))
+    return fit(model, data.sampler(batch_size, seed=seed), elmo_lm_loss, steps=steps, lr=lr, eval_fn=eval_fn,
+               eval_every=eval_every, progress=progress, desc=desc)
 
 
 class PretrainedElmo(NamedTuple):
@@ -313,6 +335,7 @@ def pretrain_elmo(
     heldout: float | int | None = 256,
     n_eval: int = 128,
     eval_every: int | None = None,
+    prefix_eval: bool = True,
     naive_bidirectional: bool = False,
     seed: int = CHAPTER["seed"],
     device: torch.device | str | None = None,
@@ -332,7 +355,8 @@ def pretrain_elmo(
         vocab_size: the softmax vocabulary, specials included (fewer if the text has fewer words).
         max_len: tokens per sentence including ``<S>`` and ``</S>`` (longer ones are cut).
         heldout: the last sentences to hold out (a count, or a fraction); ``n_eval`` of them
-            are scored at the end and every ``eval_every`` steps.
+            are scored at the end and every ``eval_every`` steps (:func:`evaluate_lm`;
+            ``prefix_eval=False`` skips the prefix loss).
         naive_bidirectional: build the leaky "seeing itself" variant instead (chapter 1).
         seed: seeds the batch order and the initial weights.
         device: default :func:`~course_lib.device.get_device`.
@@ -377,14 +401,14 @@ def pretrain_elmo(
     def train(m: ElmoLanguageModel) -> History:
         kind = "naive biLM" if naive_bidirectional else "biLM"
         return train_elmo(m, data, steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_batch=eval_batch,
-                          eval_every=eval_every, progress=progress, desc=kind)
+                          eval_every=eval_every, prefix_eval=prefix_eval, progress=progress, desc=kind)
 
     if cache_name is None:
         history = train(model)
     else:
         spec = dict(
             recipe="pretrain_elmo", config=asdict(config), steps=steps, batch_size=batch_size, lr=lr, max_len=max_len,
-            seed=seed, eval_every=eval_every, n_eval=n_eval, sentences=sentences_fingerprint(train_sents),
+            seed=seed, eval_every=eval_every, n_eval=n_eval, prefix_eval=prefix_eval, sentences=sentences_fingerprint(train_sents),
             heldout=sentences_fingerprint(held_sents) if held_sents else None, vocab=len(vocab),
         )
         history = train_or_load(cache_name, model, spec, train)
