@@ -33,7 +33,8 @@ writes ``DIR/model.safetensors`` (+ ``model.json`` with the training history),
 ``DIR/config.json`` and ``DIR/vocab.json``; :func:`load_pretrained_elmo` reads them back.
 Without ``--text`` (and without ``$COURSE_TEXT``) it trains on the generated corpus, with the
 same settings as chapter 1, so ``course train-elmo --out DIR`` regenerates the chapter's
-model (bit for bit on the same CPU and torch version).
+model; ``OMP_NUM_THREADS=1 course train-elmo --device cpu --out DIR`` (one thread, as the
+chapter runs on a CPU) gives the same weights bit for bit, on the same machine and torch version.
 """
 
 from __future__ import annotations
