@@ -411,3 +411,15 @@ def test_student_self_check_with_nbval_shows_failing_checks(tmp_path):
     assert m, out[-3000:]
     assert int(m.group(1)) == n_checks - 1 == 4
     assert "NotImplementedError" in out and "write scaled_dot_product_attention() here" in out
+
+
+def test_wire_round_trips_scalars_and_odd_strides():
+    """0-d tensors and size-1 dims with non-unit strides (e.g. from einsum) cross the wire intact."""
+    import torch
+
+    from course_lib.grading.sandbox_worker import decode, encode
+
+    odd = torch.einsum("bij->bji", torch.randn(3, 1, 4))[..., :1]  # size-1 last dim, stride != 1
+    for t in (torch.tensor(2.5), torch.tensor(7), odd, torch.zeros(0, 3), torch.randn(2, 3).T):
+        back = decode(json.loads(json.dumps(encode(t))))
+        assert back.shape == t.shape and back.dtype == t.dtype and torch.equal(back, t)

@@ -119,7 +119,8 @@ def encode(value, _state=None, _depth=0):
         if state["bytes"] > MAX_TENSOR_BYTES:
             raise WireError(f"tensors larger than {MAX_TENSOR_BYTES // 2**20} MB in total")
         t = t.to("cpu").contiguous().as_subclass(torch.Tensor)
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        # reshape(-1): a 1-D view with unit stride, also for 0-d tensors and size-1 dims with odd strides
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         return {"t": "tensor", "dtype": name, "shape": list(t.shape), "data": base64.b64encode(raw).decode("ascii")}
     if np is not None and isinstance(value, np.ndarray):
         raise WireError("a numpy array (return a torch.Tensor)")
