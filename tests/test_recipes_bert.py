@@ -19,8 +19,10 @@ from course_lib.recipes.bert import (
     classification_accuracy,
     evaluate_mlm,
     finetune_classifier,
+    labelled_pairs,
     load_pretrained_bert,
     make_masker,
+    minimal_pair_preference,
     pretrain_bert,
     pretraining_data,
     pretraining_examples,
@@ -29,6 +31,7 @@ from course_lib.recipes.bert import (
     train_tokenizer,
     trim_padding,
     weights_fingerprint,
+    word_order_pairs,
 )
 
 TINY = dict(steps=40, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
@@ -204,6 +207,44 @@ def test_bert_config_sizes():
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size) == (768, 12, 12, 3072)
     with pytest.raises(ValueError, match="unknown size"):
         bert_config("xl", vocab_size=100)
+
+
+# --- minimal pairs -----------------------------------------------------------------------------
+
+
+def test_word_order_pairs_swap_two_neighbours(docs):
+    from course_lib.data import word_tokenize
+
+    sentences = [s for d in docs for s in d.sentences]
+    pairs = word_order_pairs(sentences, seed=0)
+    assert pairs == word_order_pairs(sentences, seed=0) and pairs != word_order_pairs(sentences, seed=1)
+    assert len(pairs) == sum(len(s) >= 4 for s in sentences)
+    for good, bad in pairs:
+        g, b = word_tokenize(good), word_tokenize(bad)
+        diff = [i for i, (x, y) in enumerate(zip(g, b)) if x != y]
+        assert len(g) == len(b) and len(diff) == 2 and diff[1] == diff[0] + 1
+        assert (g[diff[0]], g[diff[1]]) == (b[diff[1]], b[diff[0]]) and g[-1] == b[-1] == "."
+    assert word_order_pairs([["Hi", "there", "."]]) == []  # too short to swap
+    items = labelled_pairs(pairs, seed=0)
+    assert sorted(items) == sorted([(g, 1) for g, _ in pairs] + [(b, 0) for _, b in pairs])
+    assert items != [(g, 1) for g, _ in pairs] + [(b, 0) for _, b in pairs]  # shuffled
+
+
+def test_minimal_pair_preference_scores_only_the_differing_tokens(tok):
+    torch.manual_seed(0)
+    model = BertForMaskedLM(bert_config("tiny", vocab_size=tok.get_vocab_size(), max_len=32)).eval()
+    the, a = tok.token_to_id("the"), tok.token_to_id("a")
+    assert the is not None and a is not None
+    with torch.no_grad():
+        model.mlm_head.bias[the] = 50.0  # the model always wants "the"
+    pairs = [("He saw the man.", "He saw a man."), ("The dog ate the bread.", "The dog ate a bread.")]
+    assert minimal_pair_preference(model, tok, pairs) == (1.0, 2)
+    assert minimal_pair_preference(model, tok, [(b, g) for g, b in pairs]) == (0.0, 2)
+    # a pair whose tokenizations differ in length is skipped; identical sentences too
+    share, n = minimal_pair_preference(model, tok, pairs + [("He saw the man.", "He saw the man and the dog."), ("A cat.", "A cat.")])
+    assert (share, n) == (1.0, 2)
+    with pytest.raises(ValueError, match="nothing to score"):
+        minimal_pair_preference(model, tok, [("A cat.", "A cat.")])
 
 
 # --- fine-tuning -----------------------------------------------------------------------------
