@@ -395,3 +395,18 @@ def probe():
     assert "work" not in seen["root"] or not seen["repo_visible"]
     if as_root:
         assert seen["uid"] != 0
+
+
+@pytest.mark.skipif(not HAVE_BWRAP, reason=f"bubblewrap unusable: {BWRAP_REASON}")
+def test_directories_under_tmp_stay_visible_in_the_sandbox(tmp_path):
+    """A checkout (and its venv) below /tmp must not be hidden by the sandbox's private /tmp."""
+    import shutil
+
+    from course_lib.grading.sandbox import _bwrap_prefix
+
+    assert str(tmp_path).startswith("/tmp/")
+    (tmp_path / "probe.txt").write_text("visible\n")
+    cmd = _bwrap_prefix(shutil.which("bwrap"), tmpfs_mb=8, extra_dirs=[str(tmp_path), "/tmp"])
+    out = subprocess.run(cmd + ["/bin/sh", "-c", f"cat {tmp_path}/probe.txt; touch /tmp/w && echo writable"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.split() == ["visible", "writable"], out.stderr

@@ -209,9 +209,12 @@ def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker
     def covered(p: str) -> bool:
         return any(p == b or p.startswith(b.rstrip("/") + "/") for b in bound)
 
-    made: set[str] = set()
+    # /proc, /dev and the private /tmp first: binds that follow may live below /tmp (a
+    # checkout and its venv in /tmp/...), and a later tmpfs would hide them
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmpfs_mb * 2**20), "--tmpfs", "/tmp"]
+    made: set[str] = {"/tmp", "/proc", "/dev"}
     for d in sorted(set(extra_dirs)):
-        if covered(d):
+        if covered(d) or d in made:
             continue
         parts = Path(d).parts
         for i in range(2, len(parts)):
@@ -223,7 +226,6 @@ def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker
         bound.append(d)
     if worker:
         cmd += ["--perms", "0755", "--dir", "/grader", "--ro-bind", worker, "/grader/worker.py"]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmpfs_mb * 2**20), "--tmpfs", "/tmp"]
     cmd += ["--chdir", "/tmp"]
     return cmd
 
