@@ -46,7 +46,7 @@ book: $(STAMP)
 	$(BIN)/course book
 
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest tests book solutions --nbval-lax --nbval-current-env -p no:randomly
+	$(BIN)/python -m pytest tests book solutions --nbval-lax --nbval-current-env --durations=15
 
 release: $(STAMP)
 	$(BIN)/course release --all
