@@ -275,6 +275,9 @@ def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     subs.mkdir()
     paths = [Case("partial_mixed", answers=graded_cases(0)[4].answers).write(subs)]
     FILE_CASES["other_assignment"][0](subs / "other.ipynb")
+    other = json.loads((subs / "other.ipynb").read_text())
+    other["metadata"]["course"]["assignment"] = "99_missing"  # an assignment with no solutions notebook
+    (subs / "other.ipynb").write_text(json.dumps(other))
     FILE_CASES["no_answers"][0](subs / "plain.ipynb")
     paths += [subs / "other.ipynb", subs / "plain.ipynb"]
     out = tmp_path / "out"
@@ -286,7 +289,7 @@ def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     assert snapshots[0] == snapshots[1]
     rows = read_rows(out)
     assert rows[0]["points"] == "8" and rows[0]["assignment"] == "02_transformer"
-    assert rows[1]["status"] == "error: unknown assignment '03_bert' in the notebook's metadata"
+    assert rows[1]["status"] == "error: unknown assignment '99_missing' in the notebook's metadata"
     assert rows[2]["status"].startswith("error: cannot tell which assignment")
 
 
