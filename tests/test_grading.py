@@ -3,7 +3,6 @@ format, comparisons, report escaping, and a student's self-check with nbval."""
 
 from __future__ import annotations
 
-import copy
 import inspect
 import json
 import math
@@ -18,7 +17,7 @@ import torch
 
 from course_lib.cli import main as course_main
 from course_lib.grading.compare import compare_values
-from course_lib.grading.format import FormatError, load_assignment, parse_assignment
+from course_lib.grading.format import FormatError, load_assignment
 from course_lib.grading.grade import read_submission
 from course_lib.grading.release import make_stub, release, release_notebook
 from course_lib.grading.report import code_block, render_markdown, sanitize

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Queue
 
-from .format import META, Assignment, FormatError, cell_source, load_assignment
+from .format import META, Assignment, FormatError, load_assignment
 from .report import format_points, write_grades_csv, write_report
 from .sandbox import SandboxLimits, choose_mode
 

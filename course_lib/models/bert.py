@@ -679,9 +679,45 @@ class BertModel(nn.Module):
 
 
 class _WithMLMHead(nn.Module):
-    """Shared by the models with a masked-LM head: tying, parameters, interop."""
+    """Shared by the models with a masked-LM head: body, tying, parameters, interop.
+
+    A subclass names its body attribute (``base_attr``: ``bert`` / ``roberta``, also the
+    Hugging Face prefix), the body's class and configuration class, the head's activation
+    and where Hugging Face keeps the head's weights (``hf_head``).
+    """
 
     config: BertConfig
+    config_class: type = BertConfig
+    model_class: type = BertModel
+    base_attr = "bert"
+    add_pooling_layer = False
+    head_activation: str | None = None  # None: the config's hidden_act
+    hf_head = {
+        "dense": "cls.predictions.transform.dense",
+        "norm": "cls.predictions.transform.LayerNorm",
+        "bias": "cls.predictions.bias",
+        "decoder": "cls.predictions.decoder.weight",
+    }
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        setattr(self, self.base_attr, self.model_class(config, add_pooling_layer=self.add_pooling_layer))
+        self.mlm_head = BertMLMHead(config, activation=self.head_activation)
+        heads = self.extra_heads(config)
+        for name, head in heads.items():
+            setattr(self, name, head)
+        for head in (self.mlm_head, *heads.values()):
+            _init_bert_weights(head, config.initializer_range)
+        self.tie_weights()
+
+    def extra_heads(self, config: BertConfig) -> dict[str, nn.Module]:
+        """Heads besides the masked-LM head (attribute name -> module); none by default."""
+        return {}
+
+    @property
+    def base(self) -> BertModel:
+        return getattr(self, self.base_attr)
 
     def tie_weights(self) -> None:
         """Share the MLM decoder's matrix with the input embeddings (when the config says so)."""
@@ -695,6 +731,33 @@ class _WithMLMHead(nn.Module):
     def device(self) -> torch.device:
         return self.base.device
 
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, labels, output_attentions,
+                output_hidden_states, masked_only):
+        """Run the body and the MLM head: ``(body output, MLM logits, MLM loss or None)``."""
+        out = self.base(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
+        return out, logits, loss
+
+    def hf_names(self) -> dict[str, str]:
+        """Our parameter names -> the Hugging Face names (body and MLM head)."""
+        p, h = self.base_attr, self.hf_head
+        names = _body_names(self.config, p, p, pooler=self.add_pooling_layer)
+        names.update(_linear("mlm_head.dense", h["dense"]))
+        names.update(_linear("mlm_head.norm", h["norm"]))
+        names["mlm_head.bias"] = h["bias"]
+        names["mlm_head.decoder.weight"] = f"{p}.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else h["decoder"]
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy the ``transformers`` model of the same name (configuration and weights); eval mode."""
+        model = cls(cls.config_class.from_hf(hf_model.config))
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()
+
 
 class BertForPreTraining(_WithMLMHead):
     """BERT with both pre-training heads: masked-LM and next-sentence prediction.
@@ -705,19 +768,10 @@ class BertForPreTraining(_WithMLMHead):
     (Hugging Face requires both).
     """
 
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=True)
-        self.mlm_head = BertMLMHead(config)
-        self.nsp_head = nn.Linear(config.hidden_size, 2)
-        _init_bert_weights(self.mlm_head, config.initializer_range)
-        _init_bert_weights(self.nsp_head, config.initializer_range)
-        self.tie_weights()
+    add_pooling_layer = True
 
-    @property
-    def base(self) -> BertModel:
-        return self.bert
+    def extra_heads(self, config: BertConfig) -> dict[str, nn.Module]:
+        return {"nsp_head": nn.Linear(config.hidden_size, 2)}
 
     def forward(
         self,
@@ -733,11 +787,8 @@ class BertForPreTraining(_WithMLMHead):
         masked_only: bool = False,
     ) -> BertForPreTrainingOutput:
         """``masked_only=True``: MLM logits only at labelled positions (see :func:`mlm_logits_and_loss`)."""
-        out = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
-        logits, mlm = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
+        out, logits, mlm = self._encode(input_ids, attention_mask, token_type_ids, position_ids, labels,
+                                        output_attentions, output_hidden_states, masked_only)
         nsp_logits = self.nsp_head(out.pooler_output)
         nsp = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)) if next_sentence_label is not None else None
         parts = [x for x in (mlm, nsp) if x is not None]
@@ -752,39 +803,13 @@ class BertForPreTraining(_WithMLMHead):
         )
 
     def hf_names(self) -> dict[str, str]:
-        names = _body_names(self.config, "bert", "bert", pooler=True)
-        names.update(_linear("mlm_head.dense", "cls.predictions.transform.dense"))
-        names.update(_linear("mlm_head.norm", "cls.predictions.transform.LayerNorm"))
-        names["mlm_head.bias"] = "cls.predictions.bias"
-        names["mlm_head.decoder.weight"] = (
-            "bert.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else "cls.predictions.decoder.weight"
-        )
+        names = super().hf_names()
         names.update(_linear("nsp_head", "cls.seq_relationship"))
         return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy a ``transformers.BertForPreTraining`` (configuration and weights); eval mode."""
-        config = BertConfig.from_hf(hf_model.config)
-        model = cls(config)
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()
 
 
 class BertForMaskedLM(_WithMLMHead):
     """BERT (no pooler) with the masked-LM head; ``logits`` are ``[batch, seq_len, vocab_size]``."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.mlm_head = BertMLMHead(config)
-        _init_bert_weights(self.mlm_head, config.initializer_range)
-        self.tie_weights()
-
-    @property
-    def base(self) -> BertModel:
-        return self.bert
 
     def forward(
         self,
@@ -799,35 +824,9 @@ class BertForMaskedLM(_WithMLMHead):
         masked_only: bool = False,
     ) -> MaskedLMOutput:
         """``masked_only=True``: logits only at labelled positions (see :func:`mlm_logits_and_loss`)."""
-        out = self.base(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
-        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
-        return MaskedLMOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
-
-    def hf_names(self) -> dict[str, str]:
-        names = _body_names(self.config, "bert", "bert", pooler=False)
-        names.update(_linear("mlm_head.dense", "cls.predictions.transform.dense"))
-        names.update(_linear("mlm_head.norm", "cls.predictions.transform.LayerNorm"))
-        names["mlm_head.bias"] = "cls.predictions.bias"
-        names["mlm_head.decoder.weight"] = (
-            "bert.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else "cls.predictions.decoder.weight"
-        )
-        return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy a ``transformers.BertForMaskedLM`` (configuration and weights); eval mode."""
-        config = BertConfig.from_hf(hf_model.config)
-        model = cls(config)
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()
+        out, logits, loss = self._encode(input_ids, attention_mask, token_type_ids, position_ids, labels,
+                                         output_attentions, output_hidden_states, masked_only)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
 
 
 class BertForSequenceClassification(nn.Module):

@@ -42,9 +42,8 @@ from torch import Tensor, nn
 from .bert import (
     BertConfig,
     BertEmbeddings,
-    BertMLMHead,
+    BertForMaskedLM,
     BertModel,
-    MaskedLMOutput,
     SequenceClassifierOutput,
     _body_names,
     _classification_loss,
@@ -52,9 +51,7 @@ from .bert import (
     _hf_state_dict,
     _init_bert_weights,
     _linear,
-    _WithMLMHead,
     load_hf_state_dict,
-    mlm_logits_and_loss,
 )
 
 __all__ = [
@@ -134,63 +131,19 @@ class RobertaModel(BertModel):
         super().__init__(config, add_pooling_layer=add_pooling_layer)
 
 
-class RobertaForMaskedLM(_WithMLMHead):
-    """RoBERTa (no pooler) with the masked-LM head; the only pre-training objective."""
+class RobertaForMaskedLM(BertForMaskedLM):
+    """RoBERTa (no pooler) with the masked-LM head; the only pre-training objective.
 
-    def __init__(self, config: RobertaConfig):
-        super().__init__()
-        self.config = config
-        self.roberta = RobertaModel(config, add_pooling_layer=False)
-        self.mlm_head = BertMLMHead(config, activation="gelu")
-        _init_bert_weights(self.mlm_head, config.initializer_range)
-        self.tie_weights()
+    The same network as :class:`~course_lib.models.bert.BertForMaskedLM`; the body is
+    ``roberta`` (RoBERTa's embeddings), the head's activation is always the exact GELU and
+    Hugging Face calls the head ``lm_head``.
+    """
 
-    @property
-    def base(self) -> RobertaModel:
-        return self.roberta
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        masked_only: bool = False,
-    ) -> MaskedLMOutput:
-        """``masked_only=True``: logits only at labelled positions (see :func:`~course_lib.models.bert.mlm_logits_and_loss`)."""
-        out = self.roberta(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
-        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
-        return MaskedLMOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
-
-    def hf_names(self) -> dict[str, str]:
-        names = _body_names(self.config, "roberta", "roberta", pooler=False)
-        names.update(_linear("mlm_head.dense", "lm_head.dense"))
-        names.update(_linear("mlm_head.norm", "lm_head.layer_norm"))
-        names["mlm_head.bias"] = "lm_head.bias"
-        names["mlm_head.decoder.weight"] = (
-            "roberta.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else "lm_head.decoder.weight"
-        )
-        return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy a ``transformers.RobertaForMaskedLM`` (configuration and weights); eval mode."""
-        config = RobertaConfig.from_hf(hf_model.config)
-        model = cls(config)
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()
+    config_class = RobertaConfig
+    model_class = RobertaModel
+    base_attr = "roberta"
+    head_activation = "gelu"
+    hf_head = {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias", "decoder": "lm_head.decoder.weight"}
 
 
 class RobertaForSequenceClassification(nn.Module):

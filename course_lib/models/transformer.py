@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.attention import MultiHeadAttention, causal_mask, padding_mask
+from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 __all__ = [

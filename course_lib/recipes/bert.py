@@ -39,11 +39,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,11 +50,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..checkpoints import load_checkpoint, train_or_load
 from ..device import get_device, seed_everything
 from ..mlm import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, make_nsp_pairs, pack_pairs, pack_stream, pretraining_loss
 from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertModel
 from ..train import History, fit, model_device
+from .common import add_run_options, add_text_and_out, module_main, positive, require_files, run_metadata, save_folder
 
 __all__ = [
     "SIZES",
@@ -796,26 +796,19 @@ def finetune_classifier(
 def save_pretrained_bert(out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None) -> Path:
     """Write ``model.safetensors`` (+ ``model.json``), ``config.json`` and ``tokenizer.json``
     into ``out_dir``, each atomically. Returns the folder."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     architecture = type(model).__name__
     if architecture not in ("BertForPreTraining", "BertForMaskedLM"):
         raise TypeError(f"expected a BertForPreTraining or BertForMaskedLM, got {architecture}")
     config = {"architecture": architecture, **model.config.to_dict()}
-    save_checkpoint(out / "model.safetensors", model, {"architecture": architecture, **dict(metadata or {})})
-    atomic_write_text(out / "config.json", json.dumps(config, indent=1))
-    atomic_write_text(out / "tokenizer.json", tokenizer.to_str())
-    return out
+    texts = {"config.json": json.dumps(config, indent=1), "tokenizer.json": tokenizer.to_str()}
+    return save_folder(out_dir, model, {"architecture": architecture, **dict(metadata or {})}, texts)
 
 
 def load_pretrained_bert(path: Path | str, *, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
     """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote: ``(model, tokenizer)``, eval mode."""
     from tokenizers import Tokenizer
 
-    folder = Path(path)
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder / name} is missing: not a folder written by `course pretrain-bert`")
+    folder = require_files(path, ("config.json", "model.safetensors", "tokenizer.json"), "course pretrain-bert")
     config = json.loads((folder / "config.json").read_text())
     architecture = config.pop("architecture", "BertForPreTraining")
     classes = {"BertForPreTraining": BertForPreTraining, "BertForMaskedLM": BertForMaskedLM}
@@ -850,16 +843,7 @@ def _cmd(args: argparse.Namespace) -> int:
         return 2
     seconds = time.perf_counter() - t0
     model, tokenizer, history = result
-    evals = {k: v[-1] for k, v in history.evals.items()}
-    metadata = {
-        "recipe": {k: v for k, v in vars(args).items() if k != "func"},
-        "text": args.text or "generated corpus",
-        "history": history.to_dict(),
-        "heldout": evals,
-        "seconds": seconds,
-        "device": str(device),
-        "torch": torch.__version__,
-    }
+    metadata, evals = run_metadata(args, history, seconds, device)
     save_pretrained_bert(args.out, model, tokenizer, metadata=metadata)
     n_params = model.num_parameters()
     print(f"pretrained a {args.size} BERT ({n_params / 1e6:.1f}M parameters, vocabulary {tokenizer.get_vocab_size()}) "
@@ -872,16 +856,6 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(kind: type) -> Callable[[str], Any]:
-    def parse(text: str):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
 def register(sub) -> None:
     """Add ``course pretrain-bert`` to the ``course`` command."""
     p = sub.add_parser(
@@ -890,33 +864,25 @@ def register(sub) -> None:
         description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) and save "
         "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
     )
-    p.add_argument("--text", default=None, metavar="PATH_OR_GLOB",
-                   help="text files: a file, a folder of *.txt, or a quoted glob (default: $COURSE_TEXT, else the generated corpus)")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the model, its config and tokenizer")
-    p.add_argument("--steps", type=_positive(int), default=2000, help="optimiser steps (default 2000)")
+    add_text_and_out(p, out_help="folder for the model, its config and tokenizer")
+    p.add_argument("--steps", type=positive(int), default=2000, help="optimiser steps (default 2000)")
     p.add_argument("--size", choices=sorted(SIZES), default="small", help="model shape (default small; base-like = BERT-base)")
-    p.add_argument("--batch-size", type=_positive(int), default=64, help="sequences per step (default 64)")
-    p.add_argument("--lr", type=_positive(float), default=None, help="peak learning rate (default depends on --size)")
-    p.add_argument("--max-len", type=_positive(int), default=128, help="tokens per sequence (default 128)")
-    p.add_argument("--vocab-size", type=_positive(int), default=8000, help="tokenizer vocabulary (default 8000)")
+    p.add_argument("--batch-size", type=positive(int), default=64, help="sequences per step (default 64)")
+    p.add_argument("--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)")
+    p.add_argument("--max-len", type=positive(int), default=128, help="tokens per sequence (default 128)")
+    p.add_argument("--vocab-size", type=positive(int), default=8000, help="tokenizer vocabulary (default 8000)")
     p.add_argument("--tokenizer", choices=["wordpiece", "byte-bpe"], default="wordpiece", help="default wordpiece (BERT)")
     p.add_argument("--masking", choices=["static", "dynamic"], default="dynamic", help="default dynamic (RoBERTa)")
-    p.add_argument("--static-copies", type=_positive(int), default=1, help="masked copies for static masking (BERT used 10)")
+    p.add_argument("--static-copies", type=positive(int), default=1, help="masked copies for static masking (BERT used 10)")
     p.add_argument("--no-nsp", action="store_true", help="masked LM only, on full-sentence blocks (RoBERTa)")
-    p.add_argument("--n-docs", type=_positive(int), default=2000, help="generated documents when no --text is given")
-    p.add_argument("--eval-every", type=_positive(int), default=None, help="held-out evaluation every N steps (default: at the end)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: $COURSE_DEVICE, else the best available)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-docs", type=positive(int), default=2000, help="generated documents when no --text is given")
+    add_run_options(p)
     p.set_defaults(func=_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_lib.recipes.bert ...``: the same as ``course pretrain-bert ...``."""
-    parser = argparse.ArgumentParser(prog="python -m course_lib.recipes.bert")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
-    args = parser.parse_args(["pretrain-bert", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args) or 0)
+    return module_main(register, "pretrain-bert", "course_lib.recipes.bert", argv)
 
 
 if __name__ == "__main__":

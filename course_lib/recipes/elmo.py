@@ -53,10 +53,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..checkpoints import load_checkpoint, train_or_load
 from ..device import get_device, seed_everything
 from ..models.elmo import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, ElmoConfig, ElmoLanguageModel, elmo_lm_loss, words_to_char_ids
 from ..train import History, fit, model_device, to_device
+from .common import add_run_options, add_text_and_out, module_main, positive, require_files, run_metadata, save_folder
 
 __all__ = [
     "SIZES",
@@ -459,22 +460,15 @@ def save_pretrained_elmo(out_dir: Path | str, model: ElmoLanguageModel, vocab, *
     ``out_dir``, each atomically. Returns the folder."""
     if not isinstance(model, ElmoLanguageModel):
         raise TypeError(f"expected an ElmoLanguageModel, got {type(model).__name__}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(out / "model.safetensors", model, dict(metadata or {}))
-    atomic_write_text(out / "config.json", json.dumps(asdict(model.config), indent=1))
-    atomic_write_text(out / "vocab.json", json.dumps(vocab.to_dict()))
-    return out
+    texts = {"config.json": json.dumps(asdict(model.config), indent=1), "vocab.json": json.dumps(vocab.to_dict())}
+    return save_folder(out_dir, model, metadata or {}, texts)
 
 
 def load_pretrained_elmo(path: Path | str, *, device: torch.device | str | None = None) -> tuple[ElmoLanguageModel, Any]:
     """Read what :func:`save_pretrained_elmo` (or ``course train-elmo``) wrote: ``(model, vocab)``, eval mode."""
     from ..data import WordVocab
 
-    folder = Path(path)
-    for name in ("config.json", "model.safetensors", "vocab.json"):
-        if not (folder / name).is_file():
-            raise FileNotFoundError(f"{folder / name} is missing: not a folder written by `course train-elmo`")
+    folder = require_files(path, ("config.json", "model.safetensors", "vocab.json"), "course train-elmo")
     raw = json.loads((folder / "config.json").read_text())
     known = {f.name for f in fields(ElmoConfig)}
     unknown = sorted(set(raw) - known)
@@ -511,16 +505,7 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"course train-elmo: {exc}", file=sys.stderr)
         return 2
     seconds = time.perf_counter() - t0
-    evals = {k: v[-1] for k, v in history.evals.items()}
-    metadata = {
-        "recipe": {k: v for k, v in vars(args).items() if k != "func"},
-        "text": args.text or "generated corpus",
-        "history": history.to_dict(),
-        "heldout": evals,
-        "seconds": seconds,
-        "device": str(device),
-        "torch": torch.__version__,
-    }
+    metadata, evals = run_metadata(args, history, seconds, device)
     save_pretrained_elmo(args.out, model, vocab, metadata=metadata)
     print(f"trained a {args.size} ELMo biLM ({model.num_parameters() / 1e6:.2f}M parameters without the softmax, "
           f"softmax over {len(vocab)} words) for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; "
@@ -534,16 +519,6 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(kind: type) -> Callable[[str], Any]:
-    def parse(text: str):
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
 def register(sub) -> None:
     """Add ``course train-elmo`` to the ``course`` command."""
     p = sub.add_parser(
@@ -553,32 +528,24 @@ def register(sub) -> None:
         "recipe (course_lib.recipes.elmo) and save model.safetensors, config.json and vocab.json in --out. "
         "The defaults regenerate chapter 1's model.",
     )
-    p.add_argument("--text", default=None, metavar="PATH_OR_GLOB",
-                   help="text files: a file, a folder of *.txt, or a quoted glob (default: $COURSE_TEXT, else the generated corpus)")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for the model, its config and vocabulary")
-    p.add_argument("--steps", type=_positive(int), default=CHAPTER["steps"], help=f"optimiser steps (default {CHAPTER['steps']})")
+    add_text_and_out(p, out_help="folder for the model, its config and vocabulary")
+    p.add_argument("--steps", type=positive(int), default=CHAPTER["steps"], help=f"optimiser steps (default {CHAPTER['steps']})")
     p.add_argument("--size", choices=list(SIZES), default=CHAPTER["size"], help="model shape (default small; original = the paper's)")
-    p.add_argument("--batch-size", type=_positive(int), default=CHAPTER["batch_size"],
+    p.add_argument("--batch-size", type=positive(int), default=CHAPTER["batch_size"],
                    help=f"sentences per step (default {CHAPTER['batch_size']})")
-    p.add_argument("--lr", type=_positive(float), default=None, help="peak learning rate (default depends on --size)")
-    p.add_argument("--vocab-size", type=_positive(int), default=CHAPTER["vocab_size"],
+    p.add_argument("--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)")
+    p.add_argument("--vocab-size", type=positive(int), default=CHAPTER["vocab_size"],
                    help=f"softmax vocabulary, 4 specials included (default {CHAPTER['vocab_size']})")
-    p.add_argument("--max-len", type=_positive(int), default=64, help="tokens per sentence with <S> and </S> (default 64)")
-    p.add_argument("--n-sentences", type=_positive(int), default=CHAPTER["n_sentences"],
+    p.add_argument("--max-len", type=positive(int), default=64, help="tokens per sentence with <S> and </S> (default 64)")
+    p.add_argument("--n-sentences", type=positive(int), default=CHAPTER["n_sentences"],
                    help=f"generated sentences when no --text is given (default {CHAPTER['n_sentences']})")
-    p.add_argument("--eval-every", type=_positive(int), default=None, help="held-out evaluation every N steps (default: at the end)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps (default: $COURSE_DEVICE, else the best available)")
-    p.add_argument("--seed", type=int, default=CHAPTER["seed"])
+    add_run_options(p, seed=CHAPTER["seed"])
     p.set_defaults(func=_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_lib.recipes.elmo ...``: the same as ``course train-elmo ...``."""
-    parser = argparse.ArgumentParser(prog="python -m course_lib.recipes.elmo")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
-    args = parser.parse_args(["train-elmo", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args) or 0)
+    return module_main(register, "train-elmo", "course_lib.recipes.elmo", argv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ still show that the rest of the submission was graded normally.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
