@@ -29,6 +29,7 @@ _LAZY = {
     "BertForPreTraining": "course_lib.models.bert",
     "BertForMaskedLM": "course_lib.models.bert",
     "BertForSequenceClassification": "course_lib.models.bert",
+    "BertForTokenClassification": "course_lib.models.bert",
     "RobertaConfig": "course_lib.models.roberta",
     "RobertaModel": "course_lib.models.roberta",
     "RobertaForMaskedLM": "course_lib.models.roberta",

@@ -14,6 +14,7 @@ from course_lib.models.bert import (
     BertForMaskedLM,
     BertForPreTraining,
     BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
     masked_lm_loss,
 )
@@ -171,6 +172,27 @@ def test_sequence_classification_parity(num_labels):
     assert out.logits.shape == (4, num_labels)
     assert maxdiff(out.logits, ref.logits) <= TOL
     assert abs(out.loss.item() - ref.loss.item()) <= TOL
+
+
+def test_token_classification_parity():
+    """Tagging head on every token: logits and the loss with -100 at padding and at some
+    word pieces (the paper's "first piece of each word" recipe)."""
+    hf = seeded(transformers.BertForTokenClassification, hf_config("sdpa", num_labels=5))
+    ours = BertForTokenClassification.from_hf(hf)
+    assert ours.bert.pooler is None and ours.num_parameters() == sum(p.numel() for p in hf.parameters())
+    batch = make_batch(seed=9)
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 5, batch["input_ids"].shape, generator=g)
+    labels[batch["attention_mask"] == 0] = -100
+    labels[:, 1::3] = -100
+    with torch.no_grad():
+        ref = hf(**batch, labels=labels)
+        out = ours(**batch, labels=labels)
+    assert out.logits.shape == (4, 13, 5)
+    assert maxdiff(out.logits, ref.logits) <= TOL
+    assert abs(out.loss.item() - ref.loss.item()) <= TOL
+    with pytest.raises(ValueError, match="labels must be"):
+        ours(**batch, labels=labels[:, :5])
 
 
 def test_untied_decoder_is_copied_separately():

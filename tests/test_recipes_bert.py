@@ -12,13 +12,14 @@ import torch
 from course_lib.cli import main as course_main
 from course_lib.data import generate_documents
 from course_lib.mlm import IGNORE_INDEX, MaskedLMData
-from course_lib.models.bert import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification
+from course_lib.models.bert import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification
 from course_lib.recipes.bert import (
     LengthGroupedMLMData,
     bert_config,
     classification_accuracy,
     evaluate_mlm,
     finetune_classifier,
+    finetune_tagger,
     labelled_pairs,
     load_pretrained_bert,
     make_masker,
@@ -27,6 +28,8 @@ from course_lib.recipes.bert import (
     pretraining_data,
     pretraining_examples,
     save_pretrained_bert,
+    tagging_accuracy,
+    tagging_inputs,
     tokenize_documents,
     train_tokenizer,
     trim_padding,
@@ -288,6 +291,78 @@ def test_finetune_classifier_rejects_bad_input(pretrained):
         finetune_classifier(model, tok, [("a cat.", 1, "extra")], steps=1)
     with pytest.raises(TypeError, match="body"):
         finetune_classifier(torch.nn.Linear(2, 2), tok, [("a cat.", 1)], steps=1)
+
+
+# --- fine-tuning a tagger -------------------------------------------------------------------
+
+
+def test_tagging_inputs_label_the_first_piece_of_each_word(tok):
+    words = [["The", "unbelievably", "sleepy", "cat", "."], ["A", "dog", "ran", "."]]
+    tags = [[0, 1, 2, 3, 4], [0, 3, 5, 4]]
+    enc = tagging_inputs(tok, words, tags, max_len=32)
+    specials = {tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
+    for k, (ws, ts) in enumerate(zip(words, tags)):
+        pieces = [tok.encode(w, add_special_tokens=False).ids for w in ws]  # brute force: word by word
+        n = 2 + sum(map(len, pieces))
+        assert enc["input_ids"][k, :n].tolist() == [tok.token_to_id("[CLS]"), *[i for p in pieces for i in p], tok.token_to_id("[SEP]")]
+        assert enc["attention_mask"][k].tolist() == [1] * n + [0] * (enc["input_ids"].size(1) - n)
+        expected, where = [-100], [-1]
+        for w, (p, t) in enumerate(zip(pieces, ts)):
+            expected += [t] + [-100] * (len(p) - 1)
+            where += [w] + [-1] * (len(p) - 1)
+        pad = enc["input_ids"].size(1) - len(expected)
+        assert enc["labels"][k].tolist() == expected + [-100] * (pad)
+        assert enc["word_index"][k].tolist() == where + [-1] * pad
+        assert not set(enc["input_ids"][k, 1 : n - 1].tolist()) & specials
+    assert len(tok.encode("unbelievably", add_special_tokens=False).ids) > 1  # the test covers a split word
+    short = tagging_inputs(tok, words[:1], tags[:1], max_len=4)  # [CLS] two pieces [SEP]
+    assert short["input_ids"].shape == (1, 4) and short["input_ids"][0, -1].item() == tok.token_to_id("[SEP]")
+    with pytest.raises(ValueError, match="max_len"):
+        tagging_inputs(tok, words, tags, max_len=2)
+
+
+def _noun_task(n: int, seed: int):
+    """Tag 1 for the nouns of a fixed little vocabulary, 0 for every other word."""
+    g = torch.Generator().manual_seed(seed)
+    nouns, others = ["cat", "dog", "bird", "chef"], ["the", "saw", "a", "near", "and", "happy"]
+    items = []
+    for _ in range(n):
+        words = [(nouns if int(torch.rand((), generator=g) < 0.4) else others)[int(torch.randint(4, (), generator=g))] for _ in range(6)]
+        items.append((words, [int(w in nouns) for w in words]))
+    return items
+
+
+def test_finetune_tagger_learns_and_reports_unseen_words(pretrained):
+    model, tok, _ = pretrained
+    train, test = _noun_task(64, 0), _noun_task(32, 1)
+    test = test + [(["the", "fish", "saw", "a", "nurse"], [0, 1, 0, 0, 1])]  # two words never seen labelled
+    tagger, history = finetune_tagger(model, tok, train, num_labels=2, steps=60, batch_size=16, lr=3e-3, eval_items=test, eval_every=30)
+    assert isinstance(tagger, BertForTokenClassification) and not tagger.training
+    scores = tagging_accuracy(tagger, tok, test, known_words={w for ws, _ in train for w in ws})
+    assert history.evals["accuracy"][-1] == scores["accuracy"] > 0.9
+    assert history.evals["unseen_accuracy"][-1] == scores["unseen_accuracy"]
+    n_words = sum(len(ws) for ws, _ in test)
+    assert scores["unseen_share"] == pytest.approx(2 / n_words)
+    # the body started from the pretrained weights; the new layer is the same for both starts
+    t0, _ = finetune_tagger(model, tok, train, num_labels=2, steps=1, lr=1e-12)
+    s0, _ = finetune_tagger(model.config, tok, train, num_labels=2, steps=1, lr=1e-12)
+    assert torch.allclose(t0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    assert not torch.allclose(s0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    assert torch.allclose(t0.classifier.weight, s0.classifier.weight)
+
+
+def test_finetune_tagger_rejects_bad_input(pretrained):
+    model, tok, _ = pretrained
+    with pytest.raises(ValueError, match="no sentences"):
+        finetune_tagger(model, tok, [], num_labels=2, steps=1)
+    with pytest.raises(ValueError, match="one tag per word"):
+        finetune_tagger(model, tok, [(["a", "cat"], [0])], num_labels=2, steps=1)
+    with pytest.raises(ValueError, match="one tag per word"):
+        finetune_tagger(model, tok, [("a cat", [0, 1])], num_labels=2, steps=1)
+    with pytest.raises(ValueError, match="num_labels"):
+        finetune_tagger(model, tok, [(["a", "cat"], [0, 2])], num_labels=2, steps=1)
+    with pytest.raises(ValueError, match="steps"):
+        finetune_tagger(model, tok, [(["a", "cat"], [0, 1])], num_labels=2, steps=0)
 
 
 # --- saving, loading and the command line ---------------------------------------------------

@@ -73,6 +73,8 @@ __all__ = [
     "BertForPreTraining",
     "BertForMaskedLM",
     "BertForSequenceClassification",
+    "TokenClassifierOutput",
+    "BertForTokenClassification",
     "masked_lm_loss",
     "mlm_logits_and_loss",
     "IGNORE_INDEX",
@@ -286,6 +288,14 @@ class MaskedLMOutput(ModelOutput):
 class SequenceClassifierOutput(ModelOutput):
     loss: Tensor | None = None
     logits: Tensor | None = None  # [batch, num_labels]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class TokenClassifierOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, seq_len, num_labels]
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
 
@@ -895,3 +905,59 @@ class BertForSequenceClassification(nn.Module):
         if missing.unexpected_keys or any(not k.startswith("pooler.") for k in missing.missing_keys):
             raise ValueError(f"the body does not fit: {missing}")
         return model.to(body.device)
+
+
+class BertForTokenClassification(nn.Module):
+    """BERT (no pooler) + dropout + a linear classifier on every token's last vector: the
+    fine-tuning recipe for tagging (the paper's NER set-up, figure 4d).
+
+    ``labels``: ``[batch, seq_len]`` class ids, ``-100`` where no loss is taken (padding,
+    special tokens, and, in the paper's recipe, every word piece but a word's first).
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        _init_bert_weights(self.classifier, config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> TokenClassifierOutput:
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
+            loss = F.cross_entropy(logits.float().reshape(-1, self.config.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    def hf_names(self) -> dict[str, str]:
+        names = _body_names(self.config, "bert", "bert", pooler=False)
+        names.update(_linear("classifier", "classifier"))
+        return names
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy a ``transformers.BertForTokenClassification``; eval mode."""
+        model = cls(BertConfig.from_hf(hf_model.config))
+        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
+        return model.eval()

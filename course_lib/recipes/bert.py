@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from ..checkpoints import load_checkpoint, train_or_load
 from ..device import get_device, seed_everything
 from ..mlm import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, make_nsp_pairs, pack_pairs, pack_stream, pretraining_loss
-from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertModel
+from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification, BertModel
 from ..train import History, fit, model_device
 from .common import add_run_options, add_text_and_out, module_main, positive, require_files, run_metadata, save_folder
 
@@ -82,6 +82,9 @@ __all__ = [
     "classification_inputs",
     "finetune_classifier",
     "classification_accuracy",
+    "finetune_tagger",
+    "tagging_inputs",
+    "tagging_accuracy",
     "weights_fingerprint",
     "documents_fingerprint",
     "save_pretrained_bert",
@@ -701,6 +704,79 @@ def _body_of(model: nn.Module) -> BertModel:
     raise TypeError(f"expected a BertModel or a model with a .bert body, got {type(model).__name__}")
 
 
+def _start_model(start: nn.Module | BertConfig, model_cls: type, seed: int, device, **config_changes: Any) -> tuple[nn.Module, BertModel | None]:
+    """A fine-tuning model of ``model_cls``: its new layers from ``seed``, its encoder copied
+    from ``start`` (the pooler too when both have one) or random when ``start`` is a config."""
+    if isinstance(start, BertConfig):
+        config, body = start, None
+    else:
+        body = _body_of(start)
+        config = body.config
+    device = (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
+    seed_everything(seed)
+    model = model_cls(replace(config, **config_changes))  # new layers (and a scratch body) from the seed
+    if body is not None:
+        own = model.bert.state_dict()
+        own.update({k: v for k, v in body.state_dict().items() if k in own})
+        model.bert.load_state_dict(own)
+    return model.to(device), body
+
+
+def _finetune(
+    model: nn.Module,
+    body: BertModel | None,
+    tokenizer,
+    enc: dict[str, Tensor],
+    loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]],
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    eval_every: int | None,
+    cache_name: str | None,
+    spec: dict[str, Any],
+    progress: bool | None,
+) -> History:
+    """The loop both fine-tuning recipes share: ``steps`` batches of ``batch_size`` rows of
+    ``enc`` in an order drawn from ``seed`` (reshuffled each epoch, the remainder carried
+    over), trained with :func:`~course_lib.train.fit`; cached under ``cache_name``."""
+    if steps < 1:
+        raise ValueError(f"steps must be positive, got {steps}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    n = enc["input_ids"].size(0)
+    gen = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def batch_at(step: int) -> dict[str, Tensor]:
+        nonlocal order
+        if len(order) < batch_size:  # a new epoch: shuffle again (the remainder carries over)
+            order = order + torch.randperm(n, generator=gen).tolist()
+        sel, order = order[:batch_size], order[batch_size:]
+        return trim_padding({k: v[sel] for k, v in enc.items()})
+
+    def train(m: nn.Module) -> History:
+        return fit(m, batch_at, loss_fn, steps=steps, lr=lr, eval_fn=eval_fn, eval_every=eval_every,
+                   progress=progress, desc="fine-tuning" if body is not None else "training from scratch")
+
+    if cache_name is None:
+        history = train(model)
+    else:
+        spec = dict(
+            spec, config=model.config.to_dict(), start=weights_fingerprint(body) if body is not None else "scratch",
+            tokenizer=_tokenizer_fingerprint(tokenizer), steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
+        )
+        history = train_or_load(cache_name, model, spec, train)
+    model.eval()
+    return history
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()[:16]
+
+
 def finetune_classifier(
     start: nn.Module | BertConfig,
     tokenizer,
@@ -728,39 +804,11 @@ def finetune_classifier(
     accuracy on ``eval_items``.
     """
     texts, labels = _split_labelled(train_items, "train_items")
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
     if int(labels.min()) < 0 or int(labels.max()) >= num_labels:
         raise ValueError(f"labels must lie in [0, num_labels={num_labels}), got values in [{int(labels.min())}, {int(labels.max())}]")
-    if isinstance(start, BertConfig):
-        config, body = start, None
-    else:
-        body = _body_of(start)
-        config = body.config
-    device = (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
-    config = replace(config, num_labels=num_labels, classifier_dropout=dropout)
-    seed_everything(seed)
-    model = BertForSequenceClassification(config)  # classifier (and a scratch body) from the seed
-    if body is not None:
-        own = model.bert.state_dict()
-        incoming = {k: v for k, v in body.state_dict().items() if k in own}
-        own.update(incoming)
-        model.bert.load_state_dict(own)
-    model = model.to(device)
-    enc = classification_inputs(tokenizer, texts, max_len=config.max_position_embeddings)
+    model, body = _start_model(start, BertForSequenceClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout)
+    enc = classification_inputs(tokenizer, texts, max_len=model.config.max_position_embeddings)
     enc["labels"] = labels
-    n = labels.numel()
-    gen = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-
-    def batch_at(step: int) -> dict[str, Tensor]:
-        nonlocal order
-        if len(order) < batch_size:  # a new epoch: shuffle again (the remainder carries over)
-            order = order + torch.randperm(n, generator=gen).tolist()
-        sel, order = order[:batch_size], order[batch_size:]
-        return trim_padding({k: v[sel] for k, v in enc.items()})
 
     def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
         out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
@@ -768,23 +816,146 @@ def finetune_classifier(
         return out.loss, {"train_accuracy": acc}
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
-        return {"accuracy": classification_accuracy(m, tokenizer, eval_items)} if eval_items else {}
+        return {"accuracy": classification_accuracy(m, tokenizer, eval_items)}
 
-    def train(m: nn.Module) -> History:
-        return fit(m, batch_at, loss_fn, steps=steps, lr=lr, eval_fn=eval_fn if eval_items else None, eval_every=eval_every,
-                   progress=progress, desc="fine-tuning" if body is not None else "training from scratch")
+    spec = dict(recipe="finetune_classifier", train=_digest([texts, labels.tolist()]), eval=_digest(list(map(list, eval_items or []))))
+    history = _finetune(model, body, tokenizer, enc, loss_fn, eval_fn if eval_items else None, steps=steps, batch_size=batch_size,
+                        lr=lr, seed=seed, eval_every=eval_every, cache_name=cache_name, spec=spec, progress=progress)
+    return model, history
 
-    if cache_name is None:
-        history = train(model)
-    else:
-        spec = dict(
-            recipe="finetune_classifier", config=config.to_dict(), start=weights_fingerprint(body) if body is not None else "scratch",
-            tokenizer=_tokenizer_fingerprint(tokenizer), train=hashlib.sha256(json.dumps([texts, labels.tolist()]).encode()).hexdigest()[:16],
-            eval=hashlib.sha256(json.dumps(list(map(list, eval_items or []))).encode()).hexdigest()[:16],
-            steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
-        )
-        history = train_or_load(cache_name, model, spec, train)
+
+# ---------------------------------------------------------------------------------------
+# Fine-tuning a tagger (one label per word)
+# ---------------------------------------------------------------------------------------
+
+
+def _split_tagged(items: Sequence[tuple[Sequence[str], Sequence[int]]], what: str) -> tuple[list[list[str]], list[list[int]]]:
+    if not items:
+        raise ValueError(f"{what} holds no sentences")
+    words, tags = [], []
+    for k, it in enumerate(items):
+        if len(it) != 2 or isinstance(it[0], str) or len(it[0]) != len(it[1]) or not len(it[0]):
+            raise ValueError(f"{what}[{k}]: expected (words, tags) with one tag per word and at least one word, got {it!r}"[:300])
+        words.append([str(w) for w in it[0]])
+        tags.append([int(t) for t in it[1]])
+    return words, tags
+
+
+def tagging_inputs(tokenizer, words: Sequence[Sequence[str]], tags: Sequence[Sequence[int]] | None = None, *, max_len: int = 128) -> dict[str, Tensor]:
+    """``[CLS] pieces [SEP]`` for every sentence given as words, right-padded to the longest.
+
+    ``labels`` (when ``tags`` are given) holds a word's tag at its **first** word piece and
+    ``-100`` at every other position (the BERT paper's tagging recipe); ``word_index`` holds
+    the word each labelled position belongs to (``-1`` elsewhere). A sentence longer than
+    ``max_len`` pieces is cut (its last words get no position and no label).
+    """
+    if max_len < 3:
+        raise ValueError(f"max_len must leave room for [CLS], a piece and [SEP], got {max_len}")
+    ids = _special_ids(tokenizer)
+    rows, labels, word_index = [], [], []
+    for k, ws in enumerate(words):
+        enc = tokenizer.encode(list(ws), is_pretokenized=True, add_special_tokens=False)
+        piece_ids, word_ids = enc.ids[: max_len - 2], enc.word_ids[: max_len - 2]
+        first = [w is not None and (j == 0 or word_ids[j - 1] != w) for j, w in enumerate(word_ids)]
+        rows.append([ids["cls"], *piece_ids, ids["sep"]])
+        word_index.append([-1, *[w if f else -1 for w, f in zip(word_ids, first)], -1])
+        if tags is not None:
+            labels.append([IGNORE_INDEX, *[tags[k][w] if f else IGNORE_INDEX for w, f in zip(word_ids, first)], IGNORE_INDEX])
+    width = max(len(r) for r in rows)
+
+    def pad(seqs: list[list[int]], value: int) -> Tensor:
+        return torch.tensor([r + [value] * (width - len(r)) for r in seqs])
+
+    out = {
+        "input_ids": pad(rows, ids["pad"]),
+        "attention_mask": pad([[1] * len(r) for r in rows], 0),
+        "token_type_ids": torch.zeros(len(rows), width, dtype=torch.long),
+        "word_index": pad(word_index, -1),
+    }
+    if tags is not None:
+        out["labels"] = pad(labels, IGNORE_INDEX)
+    return out
+
+
+@torch.no_grad()
+def tagging_accuracy(
+    model: nn.Module, tokenizer, items: Sequence[tuple[Sequence[str], Sequence[int]]], *, known_words: set[str] | None = None, batch_size: int = 256
+) -> dict[str, float]:
+    """Share of words tagged right (each word judged at its first piece); with ``known_words``
+    also the accuracy on the words outside that set (``"unseen_accuracy"``: the words the
+    tagger never saw labelled) and their share (``"unseen_share"``)."""
+    words, tags = _split_tagged(items, "items")
+    device = model_device(model)
+    was_training = model.training
     model.eval()
+    right, total, right_new, total_new = 0, 0, 0, 0
+    for i in range(0, len(words), batch_size):
+        enc = tagging_inputs(tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_position_embeddings)
+        logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device), enc["token_type_ids"].to(device)).logits
+        labelled = enc["labels"] != IGNORE_INDEX
+        hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
+        right += int(hit.sum())
+        total += int(labelled.sum())
+        if known_words is not None:
+            for r, c in labelled.nonzero().tolist():
+                if words[i + r][int(enc["word_index"][r, c])].lower() not in known_words:
+                    total_new += 1
+                    right_new += int(hit[r, c])
+    model.train(was_training)
+    result = {"accuracy": right / max(total, 1)}
+    if known_words is not None:
+        result["unseen_accuracy"] = right_new / max(total_new, 1)
+        result["unseen_share"] = total_new / max(total, 1)
+    return result
+
+
+def finetune_tagger(
+    start: nn.Module | BertConfig,
+    tokenizer,
+    train_items: Sequence[tuple[Sequence[str], Sequence[int]]],
+    *,
+    num_labels: int,
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 1e-4,
+    dropout: float | None = None,
+    eval_items: Sequence[tuple[Sequence[str], Sequence[int]]] | None = None,
+    eval_every: int | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    cache_name: str | None = None,
+    progress: bool | None = None,
+) -> tuple[BertForTokenClassification, History]:
+    """Fine-tune a tagger (:class:`~course_lib.models.bert.BertForTokenClassification`) on
+    ``(words, tag ids)`` sentences; returns ``(tagger, history)``.
+
+    ``start`` as in :func:`finetune_classifier`: a pretrained model (its encoder is copied)
+    or a :class:`BertConfig` (random weights), with the same new layer and batch order for
+    a given ``seed``. ``history.evals`` holds ``accuracy`` and ``unseen_accuracy`` on
+    ``eval_items`` (unseen: words that never occur in ``train_items``).
+    """
+    words, tags = _split_tagged(train_items, "train_items")
+    flat = [t for ts in tags for t in ts]
+    if min(flat) < 0 or max(flat) >= num_labels:
+        raise ValueError(f"tags must lie in [0, num_labels={num_labels}), got values in [{min(flat)}, {max(flat)}]")
+    model, body = _start_model(start, BertForTokenClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout)
+    enc = tagging_inputs(tokenizer, words, tags, max_len=model.config.max_position_embeddings)
+    del enc["word_index"]
+    known = {w.lower() for ws in words for w in ws}
+
+    def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
+        out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        labelled = batch["labels"] != IGNORE_INDEX
+        acc = ((out.logits.argmax(-1) == batch["labels"]) & labelled).sum() / labelled.sum().clamp(min=1)
+        return out.loss, {"train_accuracy": acc.item()}
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        r = tagging_accuracy(m, tokenizer, eval_items, known_words=known)
+        return {"accuracy": r["accuracy"], "unseen_accuracy": r["unseen_accuracy"]}
+
+    spec = dict(recipe="finetune_tagger", train=_digest([words, tags]), eval=_digest([list(map(list, it)) for it in eval_items or []]))
+    history = _finetune(model, body, tokenizer, enc, loss_fn, eval_fn if eval_items else None, steps=steps, batch_size=batch_size,
+                        lr=lr, seed=seed, eval_every=eval_every, cache_name=cache_name, spec=spec, progress=progress)
     return model, history
 
 
