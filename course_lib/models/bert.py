@@ -688,12 +688,13 @@ class BertModel(nn.Module):
         return cls.from_hf_state_dict(sd, config, add_pooling_layer=getattr(base, "pooler", None) is not None)
 
 
-class _WithMLMHead(nn.Module):
-    """Shared by the models with a masked-LM head: body, tying, parameters, interop.
+class _BertWithHeads(nn.Module):
+    """A BERT body with task heads: what every pretraining and fine-tuning model shares.
 
     A subclass names its body attribute (``base_attr``: ``bert`` / ``roberta``, also the
-    Hugging Face prefix), the body's class and configuration class, the head's activation
-    and where Hugging Face keeps the head's weights (``hf_head``).
+    Hugging Face prefix), the body's class and configuration class, whether the body keeps
+    its pooler, and its heads (:meth:`build_heads`, initialised here in the order given) with
+    their Hugging Face names (:meth:`head_hf_names`).
     """
 
     config: BertConfig
@@ -701,64 +702,50 @@ class _WithMLMHead(nn.Module):
     model_class: type = BertModel
     base_attr = "bert"
     add_pooling_layer = False
-    head_activation: str | None = None  # None: the config's hidden_act
-    hf_head = {
-        "dense": "cls.predictions.transform.dense",
-        "norm": "cls.predictions.transform.LayerNorm",
-        "bias": "cls.predictions.bias",
-        "decoder": "cls.predictions.decoder.weight",
-    }
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
         setattr(self, self.base_attr, self.model_class(config, add_pooling_layer=self.add_pooling_layer))
-        self.mlm_head = BertMLMHead(config, activation=self.head_activation)
-        heads = self.extra_heads(config)
+        heads = self.build_heads(config)
         for name, head in heads.items():
             setattr(self, name, head)
-        for head in (self.mlm_head, *heads.values()):
+        for head in heads.values():
             _init_bert_weights(head, config.initializer_range)
         self.tie_weights()
 
-    def extra_heads(self, config: BertConfig) -> dict[str, nn.Module]:
-        """Heads besides the masked-LM head (attribute name -> module); none by default."""
+    def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
+        """The modules on top of the body (attribute name -> module)."""
         return {}
+
+    def tie_weights(self) -> None:
+        """Share weights between heads and body (none by default)."""
 
     @property
     def base(self) -> BertModel:
         return getattr(self, self.base_attr)
 
-    def tie_weights(self) -> None:
-        """Share the MLM decoder's matrix with the input embeddings (when the config says so)."""
-        if self.config.tie_word_embeddings:
-            self.mlm_head.decoder.weight = self.base.embeddings.word_embeddings.weight
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
     @property
     def device(self) -> torch.device:
         return self.base.device
 
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, labels, output_attentions,
-                output_hidden_states, masked_only):
-        """Run the body and the MLM head: ``(body output, MLM logits, MLM loss or None)``."""
-        out = self.base(
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (tied ones counted once)."""
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    def _body(self, input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states) -> BertModelOutput:
+        return self.base(
             input_ids, attention_mask, token_type_ids, position_ids,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
-        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
-        return out, logits, loss
+
+    def head_hf_names(self) -> dict[str, str]:
+        return {}
 
     def hf_names(self) -> dict[str, str]:
-        """Our parameter names -> the Hugging Face names (body and MLM head)."""
-        p, h = self.base_attr, self.hf_head
-        names = _body_names(self.config, p, p, pooler=self.add_pooling_layer)
-        names.update(_linear("mlm_head.dense", h["dense"]))
-        names.update(_linear("mlm_head.norm", h["norm"]))
-        names["mlm_head.bias"] = h["bias"]
-        names["mlm_head.decoder.weight"] = f"{p}.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else h["decoder"]
+        """Our parameter names -> the Hugging Face names (body and heads)."""
+        names = _body_names(self.config, self.base_attr, self.base_attr, pooler=self.add_pooling_layer)
+        names.update(self.head_hf_names())
         return names
 
     @classmethod
@@ -767,6 +754,41 @@ class _WithMLMHead(nn.Module):
         model = cls(cls.config_class.from_hf(hf_model.config))
         load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
         return model.eval()
+
+
+class _WithMLMHead(_BertWithHeads):
+    """The models with a masked-LM head (tied to the input embeddings when the config says so)."""
+
+    head_activation: str | None = None  # None: the config's hidden_act
+    hf_head = {
+        "dense": "cls.predictions.transform.dense",
+        "norm": "cls.predictions.transform.LayerNorm",
+        "bias": "cls.predictions.bias",
+        "decoder": "cls.predictions.decoder.weight",
+    }
+
+    def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
+        return {"mlm_head": BertMLMHead(config, activation=self.head_activation)}
+
+    def tie_weights(self) -> None:
+        """Share the MLM decoder's matrix with the input embeddings (when the config says so)."""
+        if self.config.tie_word_embeddings:
+            self.mlm_head.decoder.weight = self.base.embeddings.word_embeddings.weight
+
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, labels, output_attentions,
+                output_hidden_states, masked_only):
+        """Run the body and the MLM head: ``(body output, MLM logits, MLM loss or None)``."""
+        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
+        return out, logits, loss
+
+    def head_hf_names(self) -> dict[str, str]:
+        h = self.hf_head
+        names = {**_linear("mlm_head.dense", h["dense"]), **_linear("mlm_head.norm", h["norm"]), "mlm_head.bias": h["bias"]}
+        names["mlm_head.decoder.weight"] = (
+            f"{self.base_attr}.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else h["decoder"]
+        )
+        return names
 
 
 class BertForPreTraining(_WithMLMHead):
@@ -780,8 +802,8 @@ class BertForPreTraining(_WithMLMHead):
 
     add_pooling_layer = True
 
-    def extra_heads(self, config: BertConfig) -> dict[str, nn.Module]:
-        return {"nsp_head": nn.Linear(config.hidden_size, 2)}
+    def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
+        return {**super().build_heads(config), "nsp_head": nn.Linear(config.hidden_size, 2)}
 
     def forward(
         self,
@@ -812,10 +834,8 @@ class BertForPreTraining(_WithMLMHead):
             nsp_loss=nsp,
         )
 
-    def hf_names(self) -> dict[str, str]:
-        names = super().hf_names()
-        names.update(_linear("nsp_head", "cls.seq_relationship"))
-        return names
+    def head_hf_names(self) -> dict[str, str]:
+        return {**super().head_hf_names(), **_linear("nsp_head", "cls.seq_relationship")}
 
 
 class BertForMaskedLM(_WithMLMHead):
@@ -839,21 +859,26 @@ class BertForMaskedLM(_WithMLMHead):
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
 
 
-class BertForSequenceClassification(nn.Module):
+class _BertClassifier(_BertWithHeads):
+    """Dropout (``classifier_dropout``, else ``hidden_dropout_prob``) and a linear layer to
+    ``num_labels``, named as in Hugging Face (``classifier``)."""
+
+    def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
+        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
+        return {"dropout": nn.Dropout(p), "classifier": nn.Linear(config.hidden_size, config.num_labels)}
+
+    def head_hf_names(self) -> dict[str, str]:
+        return _linear("classifier", "classifier")
+
+
+class BertForSequenceClassification(_BertClassifier):
     """BERT + dropout + a linear classifier on the pooled [CLS] vector (fine-tuning).
 
     ``labels``: class ids ``[batch]`` (cross-entropy), or floats when ``num_labels == 1``
     (mean squared error).
     """
 
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=True)
-        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
-        self.dropout = nn.Dropout(p)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        _init_bert_weights(self.classifier, config.initializer_range)
+    add_pooling_layer = True
 
     def forward(
         self,
@@ -866,10 +891,7 @@ class BertForSequenceClassification(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
+        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
         logits = self.classifier(self.dropout(out.pooler_output))
         return SequenceClassifierOutput(
             loss=_classification_loss(logits, labels, self.config.num_labels) if labels is not None else None,
@@ -877,22 +899,6 @@ class BertForSequenceClassification(nn.Module):
             hidden_states=out.hidden_states,
             attentions=out.attentions,
         )
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
-    def hf_names(self) -> dict[str, str]:
-        names = _body_names(self.config, "bert", "bert", pooler=True)
-        names.update(_linear("classifier", "classifier"))
-        return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy a ``transformers.BertForSequenceClassification``; eval mode."""
-        config = BertConfig.from_hf(hf_model.config)
-        model = cls(config)
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()
 
     @classmethod
     def from_pretrained_body(cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None):
@@ -907,22 +913,13 @@ class BertForSequenceClassification(nn.Module):
         return model.to(body.device)
 
 
-class BertForTokenClassification(nn.Module):
+class BertForTokenClassification(_BertClassifier):
     """BERT (no pooler) + dropout + a linear classifier on every token's last vector: the
     fine-tuning recipe for tagging (the paper's NER set-up, figure 4d).
 
     ``labels``: ``[batch, seq_len]`` class ids, ``-100`` where no loss is taken (padding,
     special tokens, and, in the paper's recipe, every word piece but a word's first).
     """
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
-        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
-        self.dropout = nn.Dropout(p)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        _init_bert_weights(self.classifier, config.initializer_range)
 
     def forward(
         self,
@@ -935,10 +932,7 @@ class BertForTokenClassification(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> TokenClassifierOutput:
-        out = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
+        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
@@ -946,18 +940,3 @@ class BertForTokenClassification(nn.Module):
                 raise ValueError(f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits.float().reshape(-1, self.config.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
-    def hf_names(self) -> dict[str, str]:
-        names = _body_names(self.config, "bert", "bert", pooler=False)
-        names.update(_linear("classifier", "classifier"))
-        return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy a ``transformers.BertForTokenClassification``; eval mode."""
-        model = cls(BertConfig.from_hf(hf_model.config))
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()

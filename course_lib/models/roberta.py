@@ -45,13 +45,9 @@ from .bert import (
     BertForMaskedLM,
     BertModel,
     SequenceClassifierOutput,
-    _body_names,
+    _BertWithHeads,
     _classification_loss,
-    _count_parameters,
-    _hf_state_dict,
-    _init_bert_weights,
     _linear,
-    load_hf_state_dict,
 )
 
 __all__ = [
@@ -146,19 +142,23 @@ class RobertaForMaskedLM(BertForMaskedLM):
     hf_head = {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias", "decoder": "lm_head.decoder.weight"}
 
 
-class RobertaForSequenceClassification(nn.Module):
+class RobertaForSequenceClassification(_BertWithHeads):
     """RoBERTa + a two-layer head on the ``<s>`` vector: dropout, dense, tanh, dropout, linear."""
 
-    def __init__(self, config: RobertaConfig):
-        super().__init__()
-        self.config = config
-        self.roberta = RobertaModel(config, add_pooling_layer=False)
+    config_class = RobertaConfig
+    model_class = RobertaModel
+    base_attr = "roberta"
+
+    def build_heads(self, config: RobertaConfig) -> dict[str, nn.Module]:
         p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
-        self.dropout = nn.Dropout(p)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
-        _init_bert_weights(self.dense, config.initializer_range)
-        _init_bert_weights(self.out_proj, config.initializer_range)
+        return {
+            "dropout": nn.Dropout(p),
+            "dense": nn.Linear(config.hidden_size, config.hidden_size),
+            "out_proj": nn.Linear(config.hidden_size, config.num_labels),
+        }
+
+    def head_hf_names(self) -> dict[str, str]:
+        return {**_linear("dense", "classifier.dense"), **_linear("out_proj", "classifier.out_proj")}
 
     def forward(
         self,
@@ -171,10 +171,7 @@ class RobertaForSequenceClassification(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.roberta(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-        )
+        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
         x = self.dropout(out.last_hidden_state[:, 0])
         x = self.dropout(torch.tanh(self.dense(x)))
         logits = self.out_proj(x)
@@ -185,19 +182,3 @@ class RobertaForSequenceClassification(nn.Module):
             attentions=out.attentions,
         )
 
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
-    def hf_names(self) -> dict[str, str]:
-        names = _body_names(self.config, "roberta", "roberta", pooler=False)
-        names.update(_linear("dense", "classifier.dense"))
-        names.update(_linear("out_proj", "classifier.out_proj"))
-        return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy a ``transformers.RobertaForSequenceClassification``; eval mode."""
-        config = RobertaConfig.from_hf(hf_model.config)
-        model = cls(config)
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()
