@@ -268,7 +268,7 @@ def _keyword_task(n: int, seed: int):
 def test_finetune_classifier_learns_and_copies_the_body(pretrained):
     model, tok, _ = pretrained
     train, test = _keyword_task(96, 0), _keyword_task(64, 1)
-    clf, history = finetune_classifier(model, tok, train, steps=60, batch_size=16, lr=3e-3, eval_items=test, eval_every=30)
+    clf, history = finetune_classifier(model, tok, train, steps=100, batch_size=16, lr=3e-3, eval_items=test, eval_every=50)
     assert isinstance(clf, BertForSequenceClassification) and not clf.training
     assert history.evals["accuracy"][-1] == classification_accuracy(clf, tok, test)
     assert classification_accuracy(clf, tok, test) > 0.9
