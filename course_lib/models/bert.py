@@ -75,6 +75,7 @@ __all__ = [
     "BertForSequenceClassification",
     "TokenClassifierOutput",
     "BertForTokenClassification",
+    "body_of",
     "masked_lm_loss",
     "mlm_logits_and_loss",
     "IGNORE_INDEX",
@@ -688,6 +689,19 @@ class BertModel(nn.Module):
         return cls.from_hf_state_dict(sd, config, add_pooling_layer=getattr(base, "pooler", None) is not None)
 
 
+def body_of(model: nn.Module, attrs: tuple[str, ...] = ("bert", "roberta")) -> BertModel:
+    """The encoder of ``model``: the model itself when it is a :class:`BertModel`, else its
+    body attribute (one of ``attrs``)."""
+    if isinstance(model, BertModel):
+        return model
+    for name in attrs:
+        body = getattr(model, name, None)
+        if isinstance(body, BertModel):
+            return body
+    names = " / ".join(f".{a}" for a in attrs)
+    raise TypeError(f"expected a BertModel or a model with a {names} body, got {type(model).__name__}")
+
+
 class _BertWithHeads(nn.Module):
     """A BERT body with task heads: what every pretraining and fine-tuning model shares.
 
@@ -724,6 +738,14 @@ class _BertWithHeads(nn.Module):
     @property
     def base(self) -> BertModel:
         return getattr(self, self.base_attr)
+
+    def load_body(self, body: BertModel) -> None:
+        """Copy a pretrained encoder's weights into this model's (the fine-tuning start). The
+        pooler is copied when both have one; any other mismatch is an error."""
+        result = self.base.load_state_dict(body.state_dict(), strict=False)
+        bad = [k for k in (*result.missing_keys, *result.unexpected_keys) if not k.startswith("pooler.")]
+        if bad:
+            raise ValueError(f"the body does not fit this model: {bad[:5]}")
 
     @property
     def device(self) -> torch.device:
@@ -870,6 +892,15 @@ class _BertClassifier(_BertWithHeads):
     def head_hf_names(self) -> dict[str, str]:
         return _linear("classifier", "classifier")
 
+    @classmethod
+    def from_pretrained_body(cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None):
+        """A classifier whose encoder starts from ``body``'s weights (the fine-tuning recipe)."""
+        from dataclasses import replace
+
+        model = cls(replace(body.config, num_labels=num_labels, classifier_dropout=classifier_dropout))
+        model.load_body(body)
+        return model.to(body.device)
+
 
 class BertForSequenceClassification(_BertClassifier):
     """BERT + dropout + a linear classifier on the pooled [CLS] vector (fine-tuning).
@@ -900,17 +931,6 @@ class BertForSequenceClassification(_BertClassifier):
             attentions=out.attentions,
         )
 
-    @classmethod
-    def from_pretrained_body(cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None):
-        """A classifier whose encoder starts from ``body``'s weights (the fine-tuning recipe)."""
-        from dataclasses import replace
-
-        config = replace(body.config, num_labels=num_labels, classifier_dropout=classifier_dropout)
-        model = cls(config)
-        missing = model.bert.load_state_dict(body.state_dict(), strict=False)
-        if missing.unexpected_keys or any(not k.startswith("pooler.") for k in missing.missing_keys):
-            raise ValueError(f"the body does not fit: {missing}")
-        return model.to(body.device)
 
 
 class BertForTokenClassification(_BertClassifier):

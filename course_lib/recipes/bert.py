@@ -53,7 +53,7 @@ from torch import Tensor, nn
 from ..checkpoints import load_checkpoint, train_or_load
 from ..device import get_device, seed_everything
 from ..mlm import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, make_nsp_pairs, pack_pairs, pack_stream, pretraining_loss
-from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification, BertModel
+from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification, BertModel, body_of
 from ..train import History, fit, model_device
 from .common import add_run_options, add_text_and_out, module_main, positive, require_files, run_metadata, save_folder
 
@@ -695,30 +695,19 @@ def classification_accuracy(model: nn.Module, tokenizer, items: Sequence[tuple[s
     return correct / len(texts)
 
 
-def _body_of(model: nn.Module) -> BertModel:
-    if isinstance(model, BertModel):
-        return model
-    body = getattr(model, "bert", None)
-    if isinstance(body, BertModel):
-        return body
-    raise TypeError(f"expected a BertModel or a model with a .bert body, got {type(model).__name__}")
-
-
 def _start_model(start: nn.Module | BertConfig, model_cls: type, seed: int, device, **config_changes: Any) -> tuple[nn.Module, BertModel | None]:
     """A fine-tuning model of ``model_cls``: its new layers from ``seed``, its encoder copied
     from ``start`` (the pooler too when both have one) or random when ``start`` is a config."""
     if isinstance(start, BertConfig):
         config, body = start, None
     else:
-        body = _body_of(start)
+        body = body_of(start, ("bert",))
         config = body.config
     device = (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
     seed_everything(seed)
     model = model_cls(replace(config, **config_changes))  # new layers (and a scratch body) from the seed
     if body is not None:
-        own = model.bert.state_dict()
-        own.update({k: v for k, v in body.state_dict().items() if k in own})
-        model.bert.load_state_dict(own)
+        model.load_body(body)
     return model.to(device), body
 
 
@@ -896,11 +885,14 @@ def tagging_accuracy(
         hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
         right += int(hit.sum())
         total += int(labelled.sum())
-        if known_words is not None:
-            for r, c in labelled.nonzero().tolist():
-                if words[i + r][int(enc["word_index"][r, c])].lower() not in known_words:
-                    total_new += 1
-                    right_new += int(hit[r, c])
+        if known_words is not None:  # [sentence, word] unseen flags, read at each labelled position
+            chunk = words[i : i + batch_size]
+            unseen = torch.zeros(len(chunk), max(map(len, chunk)), dtype=torch.bool)
+            for r, ws in enumerate(chunk):
+                unseen[r, : len(ws)] = torch.tensor([w.lower() not in known_words for w in ws])
+            new = unseen.gather(1, enc["word_index"].clamp(min=0)) & labelled
+            total_new += int(new.sum())
+            right_new += int((hit & new).sum())
     model.train(was_training)
     result = {"accuracy": right / max(total, 1)}
     if known_words is not None:

@@ -260,18 +260,6 @@ class MaskingWidget:
 # ---------------------------------------------------------------------------------------
 
 
-def _body(model):
-    from ..models.bert import BertModel
-
-    if isinstance(model, BertModel):
-        return model
-    for name in ("bert", "roberta"):
-        body = getattr(model, name, None)
-        if isinstance(body, BertModel):
-            return body
-    raise TypeError(f"expected a BertModel or a model with a .bert / .roberta body, got {type(model).__name__}")
-
-
 @torch.no_grad()
 def bert_attention(model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]) -> tuple[dict[str, list[Tensor]], dict[str, tuple[list[str], list[str]]]]:
     """Attention weights of a BERT for each sentence, in :class:`AttentionExplorer`'s format.
@@ -286,7 +274,9 @@ def bert_attention(model, tokenizer, sentences: str | Sequence[str] | Mapping[st
     named = dict(sentences) if isinstance(sentences, Mapping) else {s: s for s in sentences}
     if not named:
         raise ValueError("bert_attention needs at least one sentence")
-    body = _body(model)
+    from ..models.bert import body_of
+
+    body = body_of(model)
     device = body.device
     was_training = body.training
     body.eval()
