@@ -108,6 +108,9 @@ def _ipython_to_python(source: str) -> str:
     """Turn IPython syntax (``%magic``, ``!cmd``) into Python, as a notebook kernel would."""
     if not _MAGIC.search(source):
         return source
+    first, _, rest = source.lstrip("\n").partition("\n")
+    if re.match(r"%%(time|timeit|capture|prun)\b", first):  # these cell magics just run the cell
+        return _ipython_to_python(rest)
     try:
         from IPython.core.inputtransformer2 import TransformerManager
 
@@ -144,6 +147,8 @@ class _Run:
     call_output: list[str] = field(default_factory=list)
     dropped: int = 0
     timeouts: dict[str, int] = field(default_factory=dict)
+    preamble_ran: bool = False  # in a first student process: later failures are not the grader's
+    answered_in_check: bool = False  # the student process answered a call of the current check
 
     def ensure_sandbox(self) -> None:
         """A student process with the preamble and the answer cells run: fork a fresh one from
@@ -180,10 +185,15 @@ class _Run:
                     out = box.request({"op": "exec", "key": f"preamble-{i}", "source": src}, self._answer_deadline())
                     if not out.ok:
                         self.drop_sandbox()
+                        if self.preamble_ran:  # it ran before: what changed is the student's doing
+                            raise _Lost(SandboxLost("exit", f"the student process was broken before your code ran ({out.error['type']})"))
                         raise GraderFailure(f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}")
             except SandboxLost as exc:  # the preamble itself timed out or crashed
                 self.drop_sandbox()
+                if self.preamble_ran:  # e.g. a process left behind by the student's code ate the time
+                    raise _Lost(SandboxLost(exc.kind, f"the student process did not get ready ({exc.reason})")) from None
                 raise GraderFailure(f"the instructor's preamble cell did not run in the sandbox: {exc.reason}") from None
+            self.preamble_ran = True
             for state in self.answers.values():
                 if not state.found or state.poisoned:
                     continue
@@ -253,21 +263,27 @@ class StudentFunction:
         except Exception as exc:  # noqa: BLE001 - the reference raising is part of the spec
             ref_exc = exc
         call = self._describe_call(args, kwargs)
-        run.ensure_sandbox()
-        try:
-            outcome = run.sandbox.request({"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}, self._deadline[0])
-        except SandboxLost as exc:  # the student process is gone; the next check forks a new one
-            out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
-            run.call_output.append(out)
-            run.dropped += dropped
-            if exc.kind == "timeout":
-                run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
-                if self._deadline[0] >= run.deadline:
-                    raise CheckFailure(f"{call} did not finish before the submission's time limit was reached") from None
-                raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
-            raise CheckFailure(f"{call}: {exc.reason}") from None
+        for attempt in range(2):
+            run.ensure_sandbox()
+            try:
+                outcome = run.sandbox.request({"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}, self._deadline[0])
+                break
+            except SandboxLost as exc:  # the student process is gone; the next check forks a new one
+                out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
+                run.call_output.append(out)
+                run.dropped += dropped
+                if exc.kind == "exit" and exc.before_request:
+                    # it ended after its last answer, before it read this call
+                    if run.answered_in_check:  # ... between two calls of this check: it was serving this check
+                        raise CheckFailure(f"{call}: the process running your code ended after answering the previous call ({exc.reason})") from None
+                    if attempt == 0:  # ... after the previous check was done: a fresh process answers this call
+                        continue
+                self._lost(exc, call)
+        run.answered_in_check = True
         run.call_output.append(outcome.output)
         run.dropped += outcome.output_dropped
+        if outcome.mutated:
+            _apply_mutations(args, kwargs, outcome.mutated, call)
         if not outcome.ok:
             err = outcome.error
             if ref_exc is not None and check.compare and type(ref_exc).__name__ in err["mro"]:
@@ -303,8 +319,63 @@ class StudentFunction:
                 raise CheckFailure(f"{call}: {msg}")
         return value
 
+    def _lost(self, exc: SandboxLost, call: str):
+        run, check = self._run, self._check
+        if exc.kind == "timeout":
+            run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
+            if self._deadline[0] >= run.deadline:
+                raise CheckFailure(f"{call} did not finish before the submission's time limit was reached") from None
+            raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
+        raise CheckFailure(f"{call}: {exc.reason}") from None
+
     def _limit_text(self) -> str:
         return f"{self._check.timeout:g} s per check"
+
+
+def _mutate_in_place(orig, new) -> None:
+    """Make the check's own argument ``orig`` equal ``new`` (how the student's call left its
+    copy), keeping the object: the check sees the change as it would in the notebook."""
+    import torch
+
+    if isinstance(orig, torch.Tensor):
+        if isinstance(new, torch.Tensor) and new.dtype == orig.dtype:
+            with torch.no_grad():
+                if new.shape == orig.shape:
+                    orig.copy_(new)
+                else:
+                    orig.set_(new.clone())
+    elif isinstance(orig, list) and isinstance(new, (list, tuple)):
+        for i in range(min(len(orig), len(new))):
+            if isinstance(orig[i], (torch.Tensor, list, dict, tuple)) and type(orig[i]) is type(new[i]):
+                _mutate_in_place(orig[i], new[i])
+            else:
+                orig[i] = new[i]
+        del orig[len(new):]
+        orig.extend(new[len(orig):])
+    elif isinstance(orig, tuple) and isinstance(new, (list, tuple)) and len(orig) == len(new):
+        for o, n in zip(orig, new):
+            _mutate_in_place(o, n)
+    elif isinstance(orig, dict) and isinstance(new, dict):
+        for k in list(orig):
+            if k not in new:
+                del orig[k]
+        for k, v in new.items():
+            if k in orig and isinstance(orig[k], (torch.Tensor, list, dict, tuple)) and type(orig[k]) is type(v):
+                _mutate_in_place(orig[k], v)
+            else:
+                orig[k] = v
+
+
+def _apply_mutations(args, kwargs, mutated, call: str) -> None:
+    for key, encoded in mutated:
+        try:
+            new = to_python(encoded)
+        except (ProtocolError, ValueError, TypeError) as exc:
+            raise CheckFailure(f"{call} changed an argument into data the grader cannot read ({exc})") from None
+        if isinstance(key, int) and 0 <= key < len(args):
+            _mutate_in_place(args[key], new)
+        elif isinstance(key, str) and key in kwargs:
+            _mutate_in_place(kwargs[key], new)
 
 
 def _assert_message(exc: AssertionError, check: Check) -> str:
@@ -326,6 +397,7 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     limit = check.timeout if check_timeout is None else min(check.timeout, check_timeout)
     deadline = [run.deadline]
     run.call_output, run.dropped = [], 0
+    run.answered_in_check = False
     assignment, ref = run.assignment, run.reference
     ns = dict(ref.base)
     check_obj = check
@@ -361,7 +433,13 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     except GraderFailure:
         raise
     except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
-        message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
+        if check.hidden:  # its message would describe the check's own computation (sizes, values)
+            message = (
+                f"the hidden check stopped with {type(exc).__name__} while using what your code returned "
+                "(its details are not shown: compare the shapes, dtypes and types your function returns with the instructions)"
+            )
+        else:
+            message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
     output, dropped = "".join(run.call_output), run.dropped
     if len(output) > OUTPUT_KEEP:
         dropped += len(output.encode()) - OUTPUT_KEEP

@@ -62,19 +62,25 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
                 f"{where} has wrong values at {int(bad.sum())} of {r.numel()} positions; the largest error is at "
                 f"index {_fmt_index(idx)}: got {got:.6g}, expected {exp:.6g} (rtol={rtol:g}, atol={atol:g})"
             )
-        if torch.equal(stu, ref.to(stu.dtype)) if rk == "integer" else torch.equal(stu, ref):
+        # integers are compared as int64, never cast to the student's dtype: a uint8 result
+        # must not turn the reference's -100 into 156
+        bad = stu.to(torch.int64) != ref.to(torch.int64)
+        if not bool(bad.any()):
             return None
         if hidden:
             return f"{where} has wrong values"
-        bad = stu.to(torch.int64) != ref.to(torch.int64)
         first = torch.nonzero(bad)[0].tolist() if bad.dim() else []
         got = stu[tuple(first)].item() if first else stu.item()
         exp = ref[tuple(first)].item() if first else ref.item()
         return f"{where} has wrong values at {int(bad.sum())} of {ref.numel()} positions; first at index {_fmt_index(first)}: got {got}, expected {exp}"
     if isinstance(ref, (list, tuple)):
         if not isinstance(stu, (list, tuple)):
+            if hidden:
+                return f"{where} is a {type(stu).__name__}, but should be a list or tuple"
             return f"{where} is a {type(stu).__name__}, but should be a {type(ref).__name__} of {len(ref)}"
         if len(stu) != len(ref):
+            if hidden:
+                return f"{where} has {len(stu)} items, which is wrong for these inputs"
             return f"{where} has {len(stu)} items, but should have {len(ref)}"
         for i, (r, s) in enumerate(zip(ref, stu)):
             msg = compare_values(r, s, rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{i}]")
@@ -86,6 +92,8 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
             return f"{where} is a {type(stu).__name__}, but should be a dict"
         if set(stu) != set(ref):
             missing, extra = sorted(set(ref) - set(stu)), sorted(set(stu) - set(ref))
+            if hidden:
+                return f"{where} has the wrong keys ({len(missing)} missing, {len(extra)} unexpected)"
             return f"{where} has the wrong keys (missing {missing}, unexpected {extra})"
         for k in ref:
             msg = compare_values(ref[k], stu[k], rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{k!r}]")
@@ -113,5 +121,5 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
     import torch as _torch
 
     if isinstance(ref, _torch.dtype):
-        return None if stu == ref else f"{where} is {stu}, expected {ref}"
+        return None if stu == ref else (f"{where} is the wrong dtype" if hidden else f"{where} is {stu}, expected {ref}")
     raise TypeError(f"the reference returned a {type(ref).__name__}, which the grader cannot compare")

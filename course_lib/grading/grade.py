@@ -11,10 +11,13 @@ non-zero only when the grader itself cannot run.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
 import select
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,7 +29,7 @@ from pathlib import Path
 from queue import Queue
 
 from .format import META, Assignment, FormatError, load_assignment
-from .report import format_points, write_grades_csv, write_report
+from .report import clean_text, format_points, write_grades_csv, write_report
 from .sandbox import SandboxLimits, choose_mode
 
 __all__ = ["GradeError", "Submission", "read_submission", "solutions_dir", "grade_files", "MAX_NOTEBOOK_BYTES"]
@@ -59,23 +62,39 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
     sub = Submission(path)
     p = Path(path)
     try:
-        if not p.exists():
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
             sub.error = "file not found"
             return sub
-        if not p.is_file():
-            sub.error = "not a file"
+        if stat.S_ISLNK(st.st_mode):
+            sub.error = "a symbolic link, not a regular file (only the notebook file itself is graded)"
             return sub
-        size = p.stat().st_size
-        if size == 0:
-            sub.error = "empty file"
+        if not stat.S_ISREG(st.st_mode):
+            sub.error = "not a regular file" + (" (a folder)" if stat.S_ISDIR(st.st_mode) else "")
             return sub
-        if size > max_bytes:
-            sub.error = f"file too large ({size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:g} MB)"
-            return sub
-        with open(p, "rb") as fh:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):  # replaced between the two looks
+                sub.error = "not a regular file"
+                return sub
+            size = st.st_size
+            if size == 0:
+                sub.error = "empty file"
+                return sub
+            if size > max_bytes:
+                sub.error = f"file too large ({size / 2**20:.1f} MB; the limit is {max_bytes / 2**20:g} MB)"
+                return sub
             raw = fh.read(max_bytes + 1)
     except OSError as exc:
-        sub.error = f"cannot read the file ({exc.strerror or exc})"
+        if exc.errno == errno.ELOOP:
+            sub.error = "a symbolic link, not a regular file (only the notebook file itself is graded)"
+        else:
+            sub.error = f"cannot read the file ({exc.strerror or exc})"
+        return sub
+    if len(raw) > max_bytes:
+        sub.error = f"file too large (the limit is {max_bytes / 2**20:g} MB)"
         return sub
     try:
         text = raw.decode("utf-8")
@@ -216,20 +235,43 @@ class _Checker:
                 pass
 
 
+RESERVED_NAMES = {"grades.csv"}  # what the output folder holds besides the report folders
+_HASHED = re.compile(r"__[0-9a-f]{10}(-[0-9]+)?$")
+
+
 def _safe_stem(path: str) -> str:
     stem = Path(path).stem
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem)[:100]
-    return "_" if stem in ("", ".", "..") else stem
+    if stem.startswith("."):
+        stem = "_" + stem[1:]
+    return "_" if stem in ("", "_.", "_..") else stem
 
 
-def _report_folders(paths: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for p in paths:
-        stem = _safe_stem(p)
-        n = seen.get(stem.lower(), 0) + 1
-        seen[stem.lower()] = n
-        out.append(stem if n == 1 else f"{stem}__{n}")
+def _path_hash(path: str) -> str:
+    return hashlib.sha256(os.fsencode(str(path))).hexdigest()[:10]
+
+
+def report_folders(paths: list[str]) -> list[str]:
+    """One report folder name per submission: unique (also on case-insensitive file systems),
+    never a name the output folder already uses (``grades.csv``), and stable: the same path
+    gets the same folder in every run, whatever else is in the batch. A file's stem is used
+    as it is when no other submission (and no reserved name) maps to it; otherwise a hash of
+    the path as given is appended (``x__3f2a9c01b7``)."""
+    stems = [_safe_stem(str(p)) for p in paths]
+    counts: dict[str, int] = {}
+    for s in stems:
+        counts[s.lower()] = counts.get(s.lower(), 0) + 1
+    out: list[str] = []
+    taken: set[str] = set()
+    for p, stem in zip(paths, stems):
+        plain = counts[stem.lower()] == 1 and stem.lower() not in RESERVED_NAMES and not _HASHED.search(stem)
+        name = stem if plain else f"{stem[:80]}__{_path_hash(str(p))}"
+        n = 1
+        while name.lower() in taken:  # the same path given twice
+            n += 1
+            name = f"{stem[:80]}__{_path_hash(str(p))}-{n}"
+        taken.add(name.lower())
+        out.append(name)
     return out
 
 
@@ -283,40 +325,54 @@ def grade_files(
         log(f"warning: {warning}")
     limits = limits or SandboxLimits()
 
-    folders = _report_folders(paths)
+    folders = report_folders(paths)
+    csv_path = out / "grades.csv"
+    try:  # never leave an earlier run's gradebook in place: it is written afresh below, or not at all
+        csv_path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise GradeError(f"cannot replace {csv_path}: {exc.strerror or exc}") from None
     rows: list[dict] = [{} for _ in paths]
     reports: list[dict] = [{} for _ in paths]
     todo = []
+
+    def error_row(i: int, path, name, max_points, status: str) -> None:
+        base = {"submission": str(path), "assignment": name, "points": 0, "max_points": max_points, "status": status}
+        log(clean_text(f"{path}: {status}"))
+        rows[i] = base
+        reports[i] = {**base, "checks": [], "answers": [], "warnings": [warning] if warning else []}
+
     for i, path in enumerate(paths):
-        sub = read_submission(path)
-        name = assignment or sub.assignment
-        base = {"submission": path, "assignment": name, "points": 0, "max_points": 0, "status": "graded"}
-        asg, error = None, sub.error
-        if name is not None:
-            try:
-                asg = get_assignment(name)
-            except FormatError as exc:  # only for names from metadata: --assignment was checked above
-                cache[name] = None
-                error = error or f"the solution notebook of assignment {name!r} is invalid ({len(exc.problems)} problems)"
-        if error is None:
-            if name is None:
-                error = "cannot tell which assignment this is (no course.assignment in the notebook's metadata; pass --assignment)"
-            elif asg is None:
-                error = f"unknown assignment {name!r} in the notebook's metadata"
-            elif assignment is not None and sub.assignment not in (None, assignment):
-                error = f"this notebook is for assignment {sub.assignment!r}, not {assignment!r}"
-        if asg is not None:
-            base["max_points"] = asg.max_points
-        answers = sub.answers_for(asg) if asg is not None and error is None else {}
-        if error is None and not any(v is not None for v in answers.values()):
-            error = f"no answer cells of {asg.name} found (submit the exercise notebook you were given, with its answer cells)"
-        if error is not None:
-            base["status"] = f"error: {error}"
-            log(f"{path}: {base['status']}")
-            rows[i] = base
-            reports[i] = {**base, "checks": [], "answers": [], "warnings": [warning] if warning else []}
-            continue
-        todo.append((i, asg, answers, base))
+        try:
+            sub = read_submission(path)
+            name = assignment or sub.assignment
+            base = {"submission": str(path), "assignment": name, "points": 0, "max_points": 0, "status": "graded"}
+            asg, error = None, sub.error
+            if name is not None:
+                try:
+                    asg = get_assignment(name)
+                except FormatError as exc:  # only for names from metadata: --assignment was checked above
+                    cache[name] = None
+                    error = error or f"the solution notebook of assignment {name!r} is invalid ({len(exc.problems)} problems)"
+            if error is None:
+                if name is None:
+                    error = "cannot tell which assignment this is (no course.assignment in the notebook's metadata; pass --assignment)"
+                elif asg is None:
+                    error = f"unknown assignment {name!r} in the notebook's metadata"
+                elif assignment is not None and sub.assignment not in (None, assignment):
+                    error = f"this notebook is for assignment {sub.assignment!r}, not {assignment!r}"
+            if asg is not None:
+                base["max_points"] = asg.max_points
+            answers = sub.answers_for(asg) if asg is not None and error is None else {}
+            if error is None and not any(v is not None for v in answers.values()):
+                error = f"no answer cells of {asg.name} found (submit the exercise notebook you were given, with its answer cells)"
+            if error is not None:
+                error_row(i, path, name, base["max_points"], f"error: {error}")
+                continue
+            todo.append((i, asg, answers, base))
+        except Exception as exc:  # noqa: BLE001 - one file never stops the batch
+            error_row(i, path, assignment, 0, f"error: grader failure while reading the file: {type(exc).__name__}: {exc}")
 
     checkers: Queue = Queue()
     n_checkers = max(1, min(jobs, len(todo)))
@@ -347,7 +403,7 @@ def grade_files(
             checker = take_checker()
             try:
                 reply = checker.grade(request, timeout + CHECKER_SLACK)
-            except RuntimeError as exc:
+            except (RuntimeError, ValueError) as exc:  # ValueError: a reply that is not JSON
                 err = str(exc)
                 checker.close()
                 with lock:
@@ -367,28 +423,47 @@ def grade_files(
             report = {**row, "checks": [], "answers": [], "warnings": [warning] if warning else []}
         rows[i] = row
         reports[i] = report
-        log(f"{base['submission']}: {format_points(row['points'])}/{format_points(row['max_points'])} {row['status']}")
+        log(clean_text(f"{base['submission']}: {format_points(row['points'])}/{format_points(row['max_points'])} {row['status']}"))
+
+    def grade_safely(item):
+        try:
+            grade_one(item)
+        except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
+            i, _, _, base = item
+            error_row(i, base["submission"], base["assignment"], base["max_points"], f"error: grader failure: {type(exc).__name__}: {exc}")
 
     try:
         with ThreadPoolExecutor(max_workers=n_checkers) as pool:
-            list(pool.map(grade_one, todo))
+            list(pool.map(grade_safely, todo))
     finally:
         for c in created:
             c.close()
 
+    not_written = []
     for i, path in enumerate(paths):
         row = rows[i]
-        row["status"] = " ".join(str(row["status"]).split())[:500]
+        row["status"] = " ".join(clean_text(row["status"]).split())[:500]
         report = {
-            "submission": path,
+            "submission": str(path),
             "assignment": row["assignment"],
             "points": row["points"],
             "max_points": row["max_points"],
             "status": row["status"],
+            "report_folder": folders[i],
             **{k: v for k, v in reports[i].items() if k not in ("submission", "assignment", "points", "max_points", "status")},
         }
-        asg = cache.get(row["assignment"]) if row["assignment"] else None
-        titles = {e.id: e.title for e in asg.exercises} if asg else {}
-        write_report(out / folders[i], report, titles)
-    write_grades_csv(out / "grades.csv", rows)
+        try:
+            asg = cache.get(row["assignment"]) if row["assignment"] else None
+            titles = {e.id: e.title for e in asg.exercises} if asg else {}
+            write_report(out / folders[i], report, titles)
+        except Exception as exc:  # noqa: BLE001 - the row still goes into grades.csv
+            not_written.append(folders[i])
+            log(clean_text(f"{path}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"))
+            row["status"] = f"{row['status']} (report not written: {type(exc).__name__})"
+    try:
+        write_grades_csv(csv_path, rows)
+    except Exception as exc:  # noqa: BLE001
+        raise GradeError(f"grades.csv was NOT written ({type(exc).__name__}: {exc}); the reports are in {out}") from None
+    if not_written:
+        log(f"warning: {len(not_written)} report(s) could not be written: {', '.join(not_written[:10])}")
     return rows

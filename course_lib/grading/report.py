@@ -16,10 +16,53 @@ import re
 import tempfile
 from pathlib import Path
 
-__all__ = ["format_points", "sanitize", "code_block", "render_markdown", "write_atomic", "write_report", "write_grades_csv", "CSV_HEADER"]
+__all__ = [
+    "format_points",
+    "clean_text",
+    "clean_data",
+    "csv_cell",
+    "sanitize",
+    "code_block",
+    "render_markdown",
+    "write_atomic",
+    "write_report",
+    "write_grades_csv",
+    "CSV_HEADER",
+]
 
 CSV_HEADER = ["submission", "assignment", "points", "max_points", "status"]
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def clean_text(text) -> str:
+    """Any text -> text that encodes as UTF-8: lone surrogates (from a non-UTF-8 file name,
+    or a ``"\\ud800"`` escape in JSON a student wrote) become visible ``\\udXXX`` escapes."""
+    text = str(text)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def clean_data(value):
+    """:func:`clean_text` applied to every string (keys too) of a JSON-like value."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(k): clean_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_data(v) for v in value]
+    return value
+
+
+def csv_cell(text) -> str:
+    """A text cell of grades.csv that a spreadsheet shows as text, never runs as a formula:
+    cells starting with ``= + - @``, a tab or a carriage return get a leading apostrophe;
+    control characters (a carriage return would end the row for many readers) and line
+    breaks are shown as escapes, so every row is one line."""
+    text = clean_text(text)
+    if text.startswith(_FORMULA_START):
+        text = "'" + text
+    return sanitize(text).replace("\n", "\\n")
 
 
 def format_points(value) -> str:
@@ -29,7 +72,7 @@ def format_points(value) -> str:
 
 def sanitize(text: str) -> str:
     """Control and bidirectional characters -> ``\\xNN`` / ``\\uNNNN`` escapes; CRLF -> LF."""
-    text = str(text).replace("\r\n", "\n")
+    text = clean_text(text).replace("\r\n", "\n")
 
     def esc(m):
         c = m.group(0)
@@ -71,7 +114,7 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
     """The student's feedback: totals, then each exercise's checks, what failed and why."""
     titles = titles or {}
     lines = [f"# Feedback: {_inline(Path(str(report['submission'])).name)}", ""]
-    lines.append(f"Assignment: **{report['assignment'] or 'unknown'}**  ")
+    lines.append(f"Assignment: {_inline(report['assignment']) if report['assignment'] else 'unknown'}  ")
     lines.append(f"Score: **{format_points(report['points'])} / {format_points(report['max_points'])}**")
     lines.append("")
     if report["status"] != "graded":
@@ -107,6 +150,7 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
 
 
 def write_report(folder: Path, report: dict, titles: dict[str, str] | None = None) -> None:
+    report = clean_data(report)
     write_atomic(folder / "report.json", json.dumps(report, indent=1, sort_keys=False, ensure_ascii=False) + "\n")
     write_atomic(folder / "report.md", render_markdown(report, titles))
 
@@ -117,6 +161,12 @@ def write_grades_csv(path: Path, rows: list[dict]) -> None:
     writer.writerow(CSV_HEADER)
     for r in rows:
         writer.writerow(
-            [r["submission"], r["assignment"] or "", format_points(r["points"]), format_points(r["max_points"]), r["status"]]
+            [
+                csv_cell(r["submission"]),
+                csv_cell(r["assignment"] or ""),
+                format_points(r["points"]),
+                format_points(r["max_points"]),
+                csv_cell(r["status"]),
+            ]
         )
     write_atomic(path, buf.getvalue())

@@ -88,6 +88,7 @@ class SandboxLost(Exception):
         super().__init__(reason)
         self.kind = kind  # "timeout" | "exit" | "protocol" | "start"
         self.reason = reason
+        self.before_request = False  # "exit": the process ended before it read any of the request
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Outcome:
     error: dict | None = None  # {"type", "mro", "message", "traceback"} (not ok)
     output: str = ""
     output_dropped: int = 0
+    mutated: list = field(default_factory=list)  # [[argument index or name, encoded value now], ...]
 
 
 _BWRAP_CACHE: dict[str, tuple[bool, str]] = {}
@@ -466,6 +468,60 @@ class Sandbox:
         except (BrokenPipeError, OSError, ValueError, AttributeError):
             pass  # the process is gone; _wait reports how it ended
 
+    def _send(self, obj: dict, deadline: float) -> None:
+        """Write a request without ever blocking: a student process that ended (or stopped
+        reading) cannot hold the grader; what it left unread is dropped by the zygote
+        before the next student process starts."""
+        import json
+
+        data = memoryview(json.dumps(obj).encode() + b"\n")
+        fd = self._req.fileno()
+        os.set_blocking(fd, False)
+        sent = 0
+        while sent < len(data):
+            try:
+                sent += os.write(fd, data[sent : sent + (1 << 20)])
+                self._sent = sent
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                return  # the reading end is gone: _wait reports how the process ended
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.kill_child()
+                raise SandboxLost("timeout", "time limit reached")
+            try:
+                ready, _, _ = select.select([self._ctl_fd, self._out_fd], [fd], [], min(remaining, 1.0))
+            except InterruptedError:
+                continue
+            if self._out_fd in ready:
+                self._read_output()
+            if self._ctl_fd in ready:
+                chunk = os.read(self._ctl_fd, 65536)
+                if not chunk:
+                    reason = self._zygote_gone()
+                    self.kill()
+                    raise SandboxLost("exit", reason)
+                self._ctl += chunk
+                msg = self._ctl_line()
+                if msg is not None and msg.get("event") == "exit":
+                    self.child_alive = False
+                    self._read_output()
+                    raise SandboxLost("exit", self._exit_reason(int(msg.get("code", 0))))
+
+    def _unread_request_bytes(self) -> int:
+        """Bytes of requests in the pipe that no process read (FIONREAD works on either end)."""
+        try:
+            import fcntl
+            import struct
+            import termios
+
+            buf = fcntl.ioctl(self._req.fileno(), termios.FIONREAD, b"\0\0\0\0")
+            return struct.unpack("i", buf)[0]
+        except (OSError, ValueError, AttributeError, ImportError):
+            return -1
+
     def _discard_responses(self) -> None:
         """Drop what a dead student process left in the response pipe."""
         self._resp = bytearray()
@@ -548,17 +604,23 @@ class Sandbox:
 
     def _wait(self, rid: int, deadline: float) -> dict:
         out_open = True
+        scanned = 0  # bytes of self._resp already searched for the end of the line
         while True:
-            nl = self._resp.find(b"\n")
+            nl = self._resp.find(b"\n", scanned)
+            scanned = len(self._resp)
             if nl >= 0:
                 line = bytes(self._resp[:nl])
                 del self._resp[: nl + 1]
                 self._read_output()
                 try:
-                    return parse_response(line, rid)
+                    resp = parse_response(line, rid)
                 except ProtocolError as exc:
                     self.kill_child()
                     raise SandboxLost("protocol", f"the grader received an invalid response ({exc})") from None
+                if time.monotonic() > deadline + 1.0:  # reading and checking it counts too
+                    self.kill_child()
+                    raise SandboxLost("timeout", "time limit reached (while the grader read the response)")
+                return resp
             if len(self._resp) > MAX_LINE:
                 self.kill_child()
                 raise SandboxLost("protocol", f"a response larger than {MAX_LINE // 2**20} MB")
@@ -632,12 +694,19 @@ class Sandbox:
             raise SandboxLost("exit", "the student process is not running")
         rid = self._next_id
         self._next_id += 1
-        self._write(self._req, {**payload, "id": rid})
-        resp = self._wait(rid, deadline)
+        self._sent = 0
+        try:
+            self._send({**payload, "id": rid}, deadline)
+            resp = self._wait(rid, deadline)
+        except SandboxLost as exc:
+            if exc.kind == "exit" and self._sent and self._unread_request_bytes() == self._sent:
+                exc.before_request = True
+            raise
         text, dropped = self._take_output()
+        mutated = resp.get("mutated", [])
         if resp["ok"]:
-            return Outcome(True, value=resp["value"], output=text, output_dropped=dropped)
-        return Outcome(False, error=resp["error"], output=text, output_dropped=dropped)
+            return Outcome(True, value=resp["value"], output=text, output_dropped=dropped, mutated=mutated)
+        return Outcome(False, error=resp["error"], output=text, output_dropped=dropped, mutated=mutated)
 
     def take_output(self) -> tuple[str, int]:
         return self._take_output() if hasattr(self, "_out") else ("", 0)
