@@ -32,6 +32,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from .claims import seed_offset
 from .train import History, model_device
 
 __all__ = [
@@ -87,6 +88,7 @@ def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "
             "source": source_fingerprint(),
             "torch": torch.__version__.split("+")[0],
             "device": torch.device(device).type,
+            "seed_offset": seed_offset(),
         },
         sort_keys=True,
         default=str,

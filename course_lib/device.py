@@ -17,6 +17,8 @@ import random
 import numpy as np
 import torch
 
+from .claims import seed_offset
+
 __all__ = ["get_device", "autocast", "autocast_dtype", "seed_everything", "describe_device"]
 
 ENV_VAR = "COURSE_DEVICE"
@@ -74,8 +76,10 @@ def seed_everything(seed: int = 0, deterministic: bool = True) -> torch.Generato
 
     With ``deterministic=True`` torch uses deterministic algorithms where they exist
     (``warn_only`` so that a GPU op without one still runs), which makes CPU runs
-    bit-for-bit reproducible.
+    bit-for-bit reproducible. ``COURSE_SEED_OFFSET=k`` adds ``k`` to every seed (to measure a
+    chapter's claims over other seeds; see :mod:`course_lib.claims`).
     """
+    seed = seed + seed_offset()
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

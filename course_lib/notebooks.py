@@ -5,6 +5,13 @@ Chapter notebooks are committed without outputs, except the cells tagged
 one, so their output must be in the file. ``course notebooks refresh PATH...`` executes a
 notebook and stores exactly those outputs; ``course notebooks check PATH...`` verifies that
 a notebook follows the rules (used by the test suite).
+
+Chapters follow three more rules, so that they hold on every machine (the full text is in
+:mod:`course_lib.claims`): an exact output check only where the output is identical
+everywhere (a checked cell that prints a decimal is also tagged ``deterministic``); every
+measured claim an assertion (``claim(...)`` in a cell tagged ``remove-cell``); every measured
+number in the prose glued from the run (a decimal or a percentage typed in markdown must be
+listed in ``metadata.course.paper_figures``). :func:`check_chapter` enforces them.
 """
 
 from __future__ import annotations
@@ -25,10 +32,14 @@ __all__ = [
     "execute_notebook",
     "refresh",
     "check_notebook",
+    "check_chapter",
+    "prose_numbers",
     "register",
 ]
 
 CHECK_TAG = "nbval-check-output"
+DETERMINISTIC_TAG = "deterministic"  # a checked cell whose printed decimals are the same on every machine
+CLAIM_TAG = "remove-cell"  # executed and tested, left out of the page: where claims live
 SETUP_TAG = "course-setup"
 _DEFAULT_URL = "https://github.com/your-org/pretrained-lm-course"
 
@@ -122,13 +133,81 @@ def check_notebook(path: Path | str, url: str | None = None) -> list[str]:
     return problems
 
 
+# Numbers in a checked output that a different kernel could change: decimals and percentages.
+_OUTPUT_DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?:e[+-]?\d+)?|(?<![\w.])\d+%")
+# In prose: a decimal (0.88, 65.5%) or a percentage (50%) ...
+_PROSE_NUMBER = re.compile(r"(?<![\w.,])\d+\.\d+%?(?![\w.]*\d)|(?<![\w.,])\d+%")
+# ... outside what is not prose: glue roles, code, math, headings, section references, links.
+_NOT_PROSE = [
+    re.compile(r"\{glue(?::\w+)?\}`[^`]*`"),
+    re.compile(r"```.*?```", re.S),
+    re.compile(r"`[^`]*`"),
+    re.compile(r"\$\$.*?\$\$", re.S),
+    re.compile(r"\$[^$]*\$"),
+    re.compile(r"^#+ .*$", re.M),
+    re.compile(r"(?:§|[Ss]ections? |[Cc]hapters? )\d+(?:\.\d+)*"),
+    re.compile(r"\]\([^)]*\)"),
+]
+_GLUE_REF = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
+_GLUE_DEF = re.compile(r"""(?:\bglue\(\s*|\bglue_as\s*=\s*)(?:f?)["']([^"']+)["']""")
+
+
+def prose_numbers(markdown: str) -> list[str]:
+    """Decimals and percentages typed in a markdown text (glue roles, code and math excluded)."""
+    for pattern in _NOT_PROSE:
+        markdown = pattern.sub(" ", markdown)
+    return _PROSE_NUMBER.findall(markdown)
+
+
+def check_chapter(path: Path | str, url: str | None = None) -> list[str]:
+    """:func:`check_notebook` plus the every-machine rules for chapters (empty list = fine)."""
+    path = Path(path)
+    problems = check_notebook(path, url)
+    nb = nbformat.read(path, as_version=4)
+    allowed = set(nb.metadata.get("course", {}).get("paper_figures", []))
+    glued = {m for c in nb.cells if c.cell_type == "code" for m in _GLUE_DEF.findall(c.source)}
+    n_claims = 0
+    code_index = -1
+    for i, cell in enumerate(nb.cells):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type == "markdown":
+            typed = [n for n in prose_numbers(cell.source) if n not in allowed]
+            if typed:
+                problems.append(f"{path.name}: markdown cell {i} types measured-looking numbers by hand: "
+                                f"{', '.join(typed[:6])} (glue them from the run, or list paper figures in "
+                                "metadata.course.paper_figures)")
+            for key in _GLUE_REF.findall(cell.source):
+                if key not in glued:
+                    problems.append(f"{path.name}: markdown cell {i} uses {{glue}} {key!r}, which no code cell glues")
+            continue
+        if cell.cell_type != "code":
+            continue
+        code_index += 1
+        if re.search(r"\bclaim\(", cell.source):
+            n_claims += len(re.findall(r"\bclaim\(", cell.source))
+            if CLAIM_TAG not in tags:
+                problems.append(f"{path.name}: code cell {code_index} makes claims but is not tagged {CLAIM_TAG!r}")
+            if is_checked(cell):
+                problems.append(f"{path.name}: code cell {code_index} makes claims and is also output-checked")
+        if is_checked(cell) and DETERMINISTIC_TAG not in tags:
+            text = "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+            found = _OUTPUT_DECIMAL.findall(text)
+            if found:
+                problems.append(f"{path.name}: code cell {code_index} is output-checked and prints decimals "
+                                f"({', '.join(found[:4])}): tag it {DETERMINISTIC_TAG!r} if they are identical on "
+                                "every machine, else stop checking its output and assert a claim instead")
+    if n_claims == 0:
+        problems.append(f"{path.name}: no claim(...) checks what the chapter measures")
+    return problems
+
+
 def _cmd(args) -> int:
     status = 0
     for p in args.paths:
         if args.action == "refresh":
             print(f"executing {p} ...", flush=True)
             refresh(p)
-        problems = check_notebook(p)
+        problems = check_chapter(p) if args.chapter else check_notebook(p)
         for msg in problems:
             print(msg)
         status |= bool(problems)
@@ -139,4 +218,5 @@ def register(sub) -> None:
     p = sub.add_parser("notebooks", help="refresh or check the stored outputs of chapter notebooks")
     p.add_argument("action", choices=["refresh", "check"])
     p.add_argument("paths", nargs="+", type=Path)
+    p.add_argument("--chapter", action="store_true", help="also apply the chapter rules (claims, glued numbers)")
     p.set_defaults(func=_cmd)

@@ -67,3 +67,107 @@ def test_assets_are_checked_and_extracted_safely(tmp_path):
     evil = _tarball({"package/dist/../../escape.js": b"x"})
     with pytest.raises(RuntimeError, match="outside"):
         _extract(evil, asset, tmp_path / "sub")
+
+
+# --- the every-machine rules: claims, glued numbers, exact checks only where exact -------------
+
+import json  # noqa: E402
+
+import torch  # noqa: E402
+
+from course_lib import seed_everything  # noqa: E402
+from course_lib.checkpoints import cache_key  # noqa: E402
+from course_lib.claims import ClaimError, claim  # noqa: E402
+from course_lib.notebooks import check_chapter, prose_numbers  # noqa: E402
+
+
+def test_claim_passes_inside_its_band_and_names_everything_when_it_fails():
+    assert claim("a beats b", 0.12, low=0.05, evidence="3 seeds") == 0.12
+    assert claim("small", torch.tensor(0.01), high=0.02, evidence="3 seeds") == pytest.approx(0.01)
+    with pytest.raises(ClaimError) as err:
+        claim("pretrained beats random on unseen words", 0.01, low=0.05, evidence="seeds 0-2: 0.11-0.16")
+    msg = str(err.value)
+    assert "pretrained beats random on unseen words" in msg and "0.01" in msg and "[0.05, inf]" in msg and "seeds 0-2" in msg
+    with pytest.raises(ClaimError):
+        claim("not a number", float("nan"), low=0.0, evidence="x")
+    with pytest.raises(ClaimError):
+        claim("above the top", 1.5, low=0.0, high=1.0, evidence="x")
+    with pytest.raises(ValueError, match="needs a band"):
+        claim("no band", 1.0, evidence="x")
+    with pytest.raises(ValueError, match="evidence"):
+        claim("no evidence", 1.0, low=0.0, evidence=" ")
+    with pytest.raises(TypeError, match="number"):
+        claim("a list", [1, 2], low=0.0, evidence="x")
+
+
+def test_claims_are_logged_and_record_only_mode_does_not_raise(tmp_path, monkeypatch):
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("COURSE_CLAIMS_LOG", str(log))
+    monkeypatch.setenv("COURSE_CLAIMS_CHAPTER", "99_test")
+    monkeypatch.setenv("COURSE_CLAIMS_RECORD_ONLY", "1")
+    claim("holds", 0.5, low=0.0, high=1.0, evidence="x")
+    claim("fails but is recorded", 2.0, high=1.0, evidence="x")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["claim"], r["ok"], r["chapter"]) for r in rows] == [("holds", True, "99_test"), ("fails but is recorded", False, "99_test")]
+    assert {"cpu_capability", "threads", "seed_offset", "device"} <= set(rows[0])
+
+
+def test_seed_offset_shifts_every_seed_and_the_cache_key(monkeypatch):
+    seed_everything(3)
+    three = torch.rand(3)
+    key = cache_key("model", {"seed": 0})
+    monkeypatch.setenv("COURSE_SEED_OFFSET", "2")
+    seed_everything(1)
+    assert torch.equal(torch.rand(3), three)  # 1 + 2 = 3
+    assert cache_key("model", {"seed": 0}) != key  # a model trained with other seeds is never loaded by mistake
+    monkeypatch.setenv("COURSE_SEED_OFFSET", "two")
+    with pytest.raises(ValueError, match="whole number"):
+        seed_everything(0)
+
+
+def test_prose_numbers_finds_typed_measurements_but_not_references_code_or_math():
+    text = ("Accuracy 0.92 and 65.5% of pairs; chance is 50%. See §1.5, section 3.10 and chapter 2.3. "
+            "$p = 0.5$ and `lr=1e-3 0.1` and {glue:text}`acc:.3f`; 3,723 words, 110M parameters.\n## 1.2 Heading 0.5")
+    assert prose_numbers(text) == ["0.92", "65.5%", "50%"]
+
+
+def _chapter(tmp_path, cells, paper_figures=()):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(setup_cell_source()), *cells]
+    nb.metadata["course"] = {"paper_figures": list(paper_figures)}
+    path = tmp_path / "ch.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _checked(source, text, tags=()):
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": [CHECK_TAG, *tags]})
+    cell.outputs = [nbformat.v4.new_output("stream", text=text)]
+    cell.execution_count = 1
+    return cell
+
+
+def test_check_chapter_enforces_claims_glue_and_exact_checks(tmp_path):
+    claim_cell = nbformat.v4.new_code_cell('claim("x", acc, low=0.5, evidence=B)\nglue("acc", acc)', metadata={"tags": ["remove-cell"]})
+    good = [
+        nbformat.v4.new_markdown_cell("Accuracy {glue:text}`acc:.3f`; the paper reports 39.7."),
+        _checked("print(shape)", "(2, 3)\n"),
+        _checked("print(weights)", "[0.88, 0.12]\n", tags=["deterministic"]),
+        claim_cell,
+    ]
+    assert check_chapter(_chapter(tmp_path, good, ["39.7"])) == []
+
+    problems = check_chapter(_chapter(tmp_path, good))  # 39.7 not allow-listed
+    assert len(problems) == 1 and "39.7" in problems[0]
+
+    bad = [
+        nbformat.v4.new_markdown_cell("We measured 0.244 and {glue:text}`missing:.2f`."),
+        _checked("print(acc)", "accuracy 0.244\n"),
+        nbformat.v4.new_code_cell('claim("y", acc, low=0.1, evidence=B)'),
+    ]
+    problems = " | ".join(check_chapter(_chapter(tmp_path, bad)))
+    assert "0.244" in problems and "'missing'" in problems
+    assert "prints decimals" in problems and "not tagged 'remove-cell'" in problems
+
+    no_claims = [_checked("print(shape)", "(2, 3)\n")]
+    assert any("no claim" in p for p in check_chapter(_chapter(tmp_path, no_claims)))
