@@ -13,11 +13,14 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export COURSE_CACHE ?= $(abspath _build/cache)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: book test install system-deps release clean help
+.PHONY: book test test-portable bands install system-deps release clean help
 
 help:
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book"
 	@echo "make test   - set up .venv, then run the whole test suite"
+	@echo "make test-portable - run every chapter (claims and checked outputs) as another machine would:"
+	@echo "                     other CPU kernels, one thread, every model trained afresh"
+	@echo "make bands  - re-measure every chapter claim under several seeds and kernel sets (slow)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python 3.10+ is required, found " + sys.version.split()[0]'
@@ -47,6 +50,18 @@ book: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest tests book solutions --nbval-lax --nbval-current-env --durations=15
+
+# Another machine, simulated: PyTorch's portable CPU kernels instead of this CPU's SIMD ones,
+# one thread (another summation order), and an empty model cache so every model is trained
+# under those settings. Every claim and every exactly-checked output must still hold.
+PORTABLE_CACHE := $(abspath _build/cache-portable)
+test-portable: $(STAMP)
+	rm -rf $(PORTABLE_CACHE)
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 COURSE_CACHE=$(PORTABLE_CACHE) \
+	  $(BIN)/python -m pytest book --nbval-lax --nbval-current-env --durations=5
+
+bands: $(STAMP)
+	$(BIN)/python benchmarks/claim_bands.py
 
 release: $(STAMP)
 	$(BIN)/course release --all

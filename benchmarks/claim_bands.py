@@ -1,0 +1,135 @@
+"""Measure every chapter claim under several seeds, CPU kernel sets and thread counts.
+
+A chapter checks what its prose says with ``course_lib.claims.claim(statement, value, low=...,
+high=..., evidence=...)``. This script shows where each band comes from: it executes the
+chapters once per *setting* (a seed offset, a CPU kernel set, a thread count), each setting
+with its own empty model cache so that every model is trained afresh under that setting, with
+``COURSE_CLAIMS_RECORD_ONLY=1`` (a failing claim is recorded, not raised), and writes
+
+- ``benchmarks/claim_bands.md``: per claim, the value under every setting, the range, the
+  band, and whether every setting fell inside it;
+- ``_build/bands/claims.jsonl``: the raw records.
+
+    .venv/bin/python benchmarks/claim_bands.py                      # the default grid, 2 jobs
+    .venv/bin/python benchmarks/claim_bands.py --chapters 02 --jobs 1
+    .venv/bin/python benchmarks/claim_bands.py --summarise-only     # rebuild the table from the jsonl
+
+``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``) makes PyTorch pick another set of
+CPU kernels; with another ``OMP_NUM_THREADS`` reductions sum in another order: together the
+cheapest stand-in for another machine. ``COURSE_SEED_OFFSET`` shifts every
+``seed_everything`` seed (model initialisation and dropout; the data stay the same).
+Chapter 01 runs single-threaded whatever ``OMP_NUM_THREADS`` says (it sets one thread itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "_build" / "bands"
+TABLE = ROOT / "benchmarks" / "claim_bands.md"
+
+# (name, ATEN_CPU_CAPABILITY, OMP_NUM_THREADS, COURSE_SEED_OFFSET)
+GRID = [
+    ("seed0-avx2-2t", "avx2", "2", "0"),
+    ("seed0-default-1t", "default", "1", "0"),
+    ("seed1-avx2-1t", "avx2", "1", "1"),
+    ("seed2-default-2t", "default", "2", "2"),
+]
+
+RUNNER = """
+import sys
+from pathlib import Path
+from course_lib.notebooks import execute_notebook
+execute_notebook(Path(sys.argv[1]), timeout=1800)
+"""
+
+
+def run_one(chapter: Path, setting: tuple[str, str, str, str], log: Path) -> tuple[str, str, float, str]:
+    name, capability, threads, offset = setting
+    env = dict(os.environ)
+    env.update(
+        ATEN_CPU_CAPABILITY=capability,
+        OMP_NUM_THREADS=threads,
+        MKL_NUM_THREADS=threads,
+        COURSE_SEED_OFFSET=offset,
+        COURSE_CACHE=str(OUT / f"cache-{name}"),
+        COURSE_CLAIMS_LOG=str(log),
+        COURSE_CLAIMS_RECORD_ONLY="1",
+        COURSE_CLAIMS_CHAPTER=chapter.stem,
+        COURSE_CLAIMS_SETTING=name,
+        COURSE_DEVICE="cpu",
+        PYDEVD_DISABLE_FILE_VALIDATION="1",
+    )
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(chapter)], env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    status = "ok" if proc.returncode == 0 else f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+    return chapter.stem, name, seconds, status
+
+
+def summarise(log: Path) -> str:
+    rows: dict[tuple[str, str], dict] = {}
+    settings: list[str] = []
+    for line in log.read_text().splitlines():
+        r = json.loads(line)
+        setting = r.get("setting") or f"seed{r['seed_offset']}-{r['cpu_capability'].lower()}-{r['threads']}t"
+        if setting not in settings:
+            settings.append(setting)
+        row = rows.setdefault((r["chapter"], r["claim"]), {"low": r["low"], "high": r["high"], "values": {}})
+        row["low"], row["high"] = r["low"], r["high"]  # the latest band
+        row["values"][setting] = r["value"]
+    out = [
+        "# Claim bands: every chapter claim under several seeds, kernels and thread counts",
+        "",
+        "Made by `benchmarks/claim_bands.py` (see its docstring). A setting is "
+        "`seed<COURSE_SEED_OFFSET>-<CPU kernels>-<threads>`; every setting trains its models afresh. "
+        "`ok` means every measured value lies inside the band the chapter asserts.",
+        "",
+        "| chapter | claim | band | " + " | ".join(settings) + " | range | ok |",
+        "|---|---|---|" + "---|" * len(settings) + "---|---|",
+    ]
+    for (chapter, statement), row in sorted(rows.items(), key=lambda kv: kv[0][0]):
+        vals = [row["values"].get(s) for s in settings]
+        present = [v for v in vals if v is not None]
+        lo = "-inf" if row["low"] is None else f"{row['low']:.4g}"
+        hi = "inf" if row["high"] is None else f"{row['high']:.4g}"
+        ok = all((row["low"] is None or v >= row["low"]) and (row["high"] is None or v <= row["high"]) for v in present)
+        cells = " | ".join("" if v is None else f"{v:.4g}" for v in vals)
+        rng = f"{min(present):.4g} to {max(present):.4g}" if present else ""
+        out.append(f"| {chapter} | {statement} | [{lo}, {hi}] | {cells} | {rng} | {'yes' if ok else '**NO**'} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chapters", nargs="*", default=None, help="chapter prefixes, e.g. 01 03 (default: all)")
+    ap.add_argument("--settings", nargs="*", default=None, help="setting names from the grid (default: all)")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--summarise-only", action="store_true")
+    args = ap.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    log = OUT / "claims.jsonl"
+    if not args.summarise_only:
+        chapters = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+        if args.chapters:
+            chapters = [c for c in chapters if c.stem[:2] in args.chapters]
+        grid = [g for g in GRID if not args.settings or g[0] in args.settings]
+        jobs = [(c, g) for g in grid for c in chapters]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for chapter, name, seconds, status in pool.map(lambda job: run_one(job[0], job[1], log), jobs):
+                print(f"{chapter:>16}  {name:>18}  {seconds:6.0f} s  {status}", flush=True)
+    TABLE.write_text(summarise(log))
+    print(f"wrote {TABLE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
