@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["raises"]
+__all__ = ["raises", "visible_check"]
 
 
 @contextmanager
@@ -28,3 +28,111 @@ def raises(exc_type: type[BaseException] | tuple[type[BaseException], ...], matc
             raise AssertionError(f"expected a {names} mentioning {match!r}, got: {exc}") from None
         return
     raise AssertionError(f"expected {names} to be raised")
+
+
+class visible_check:
+    """The frame of a released visible check cell (``course release`` writes it)::
+
+        with visible_check("causal-mask-small", "The causal mask", globals(), expected="..."):
+            ...  # the check's code
+
+    While the block runs, each function of the exercise in ``namespace`` is wrapped: every
+    call whose arguments the instructor's check made when the notebook was released is
+    compared with the reference solution's result on them (``expected``, packed by
+    :mod:`course_lib.grading.expected`), exactly as the grader compares it; the result
+    comes back as the plain data the grader would see. A failure names the check and its
+    exercise. The functions are restored when the block ends.
+    """
+
+    def __init__(self, check_id: str, title: str, namespace: dict, expected: str | None = None):
+        self.check_id, self.title, self.namespace = check_id, title, namespace
+        self.record = None
+        if expected is not None:
+            from .expected import unpack
+
+            self.record = unpack(expected)
+        self._saved: dict = {}
+
+    def __enter__(self):
+        if self.record is None:
+            return self
+        for name in self.record["functions"]:
+            fn = self.namespace.get(name)
+            if fn is None:
+                continue  # the check's own call raises the NameError
+            fn = getattr(fn, "__course_student_function__", fn)  # a cell re-run after a failure
+            self._saved[name] = self.namespace[name]
+            self.namespace[name] = self._wrap(name, fn)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        for name, fn in self._saved.items():
+            self.namespace[name] = fn
+        self._saved = {}
+        if isinstance(exc, Exception):
+            note = f"check {self.check_id!r} of exercise {self.title!r} failed"
+            if isinstance(exc, AssertionError):
+                exc.args = (f"{note}: {exc}" if str(exc) else note,) + tuple(exc.args[1:])
+            elif hasattr(exc, "add_note"):
+                exc.add_note(note)
+        return False
+
+    def _wrap(self, name: str, fn):
+        import functools
+
+        from .compare import compare_values
+        from .expected import call_key
+        from .sandbox_worker import WireError, decode, encode
+
+        calls, rtol, atol = self.record["calls"], self.record["rtol"], self.record["atol"]
+
+        def describe(args, kwargs) -> str:
+            parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
+            return f"{name}({', '.join(parts)})"
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            try:
+                key = call_key([encode(a) for a in args], [[k, encode(v)] for k, v in kwargs.items()])
+            except WireError:
+                key = None
+            expected = calls.get(key)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if expected is None:
+                    raise
+                if "raises" not in expected:  # the grader fails the check here, whatever the check catches
+                    raise AssertionError(f"{describe(args, kwargs)} raised {type(exc).__name__}: {exc}") from exc
+                if expected["raises"][0] not in [c.__name__ for c in type(exc).__mro__]:
+                    raise AssertionError(
+                        f"{describe(args, kwargs)} raised {type(exc).__name__}: {exc} (it should raise {expected['raises'][0]})"
+                    ) from exc
+                raise
+            if expected is None:
+                return result
+            if "raises" in expected:
+                raise AssertionError(f"{describe(args, kwargs)} returned a value, but should raise {expected['raises'][0]}")
+            try:
+                value = decode(encode(result))
+            except WireError as exc:
+                raise AssertionError(f"{name} returned {exc}, which the grader cannot compare") from None
+            msg = compare_values(decode(expected["value"]), value, rtol=rtol, atol=atol, hidden=False)
+            if msg:
+                raise AssertionError(f"{describe(args, kwargs)}: {msg}")
+            return value
+
+        checked.__course_student_function__ = fn
+        return checked
+
+
+def _short(value) -> str:
+    try:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]"
+    except ImportError:  # pragma: no cover
+        pass
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

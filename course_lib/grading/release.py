@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -80,6 +81,74 @@ def make_stub(source: str, *, exercise_title: str) -> str:
     return "\n".join(out).rstrip()
 
 
+def _multiline_strings(source: str) -> bool:
+    import io
+    import tokenize
+
+    try:
+        return any(
+            tok.type == tokenize.STRING and tok.start[0] != tok.end[0]
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        )
+    except (tokenize.TokenError, SyntaxError):
+        return False
+
+
+def expected_values(assignment: Assignment) -> dict[str, str]:
+    """Check id -> packed expected values, for every visible check that compares with the
+    reference (see :mod:`course_lib.grading.expected`). Raises :class:`FormatError` for a
+    visible check that fails with the reference answers or is not deterministic."""
+    from .checker import Reference
+    from .expected import pack, record_check
+
+    reference = Reference(assignment)
+    out, problems = {}, []
+    for check in assignment.checks:
+        if check.hidden or not check.compare:
+            continue
+        runs = []
+        for seed in (1, 2):
+            try:
+                runs.append(record_check(assignment, reference, check, seed))
+            except Exception as exc:  # noqa: BLE001 - reported as a problem of the notebook
+                problems.append(f"visible check {check.id!r} fails with the reference answers: {type(exc).__name__}: {exc}")
+                break
+        if len(runs) < 2:
+            continue
+        (calls, conflicts), (calls2, _) = runs
+        if conflicts or calls != calls2:
+            problems.append(
+                f"visible check {check.id!r} makes different calls (or gets different results) on two runs: a visible "
+                "check runs the same at home and in the grader, so it may not draw from the global RNG (use "
+                "torch.Generator().manual_seed(...)) and the reference answer must be deterministic"
+            )
+            continue
+        functions = list(assignment.exercise(check.exercise).functions)
+        out[check.id] = pack({"check": check.id, "functions": functions, "rtol": check.rtol, "atol": check.atol, "calls": calls})
+    if problems:
+        raise FormatError(str(assignment.path), problems)
+    return out
+
+
+def _visible_check_source(check, title: str, blob: str | None) -> str:
+    """The released form of a visible check: its code inside :class:`~course_lib.grading.checks.visible_check`."""
+    lines = [
+        f"# Check {check.id!r}: run this cell to test your answer. Each call is compared with the reference",
+        "# solution's result on the same inputs (packed below), as the grader does.",
+        "from course_lib.grading.checks import visible_check",
+        "",
+    ]
+    if blob is None:
+        lines.append(f"with visible_check({check.id!r}, {title!r}, globals()):")
+    else:
+        lines.append(f"with visible_check({check.id!r}, {title!r}, globals(), expected=(")
+        lines += [f"    {blob[i:i + 96]!r}" for i in range(0, len(blob), 96)]
+        lines.append(")):")
+    body = check.source.rstrip("\n").splitlines()
+    lines += ["    " + ln if ln.strip() else "" for ln in body]
+    return "\n".join(lines)
+
+
 def _clean_metadata(cell: dict, extra: dict | None = None) -> dict:
     meta = cell.get("metadata", {})
     out = {}
@@ -99,6 +168,11 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
     assignment = parse_assignment(nb, path)
     answers = {a.key: a for a in assignment.answers}
     titles = {e.id: e.title for e in assignment.exercises}
+    visible = {c.cell_id: c for c in assignment.checks if not c.hidden}
+    bad = [c.id for c in visible.values() if _multiline_strings(c.source)]
+    if bad:
+        raise FormatError(str(path), [f"visible check {b!r} has a multi-line string: the release indents the check's code" for b in bad])
+    blobs = expected_values(assignment)
     cells = []
     setup_seen = False
     for cell in nb["cells"]:
@@ -111,6 +185,9 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
         if cell["cell_type"] == "code":
             new["execution_count"] = None
             new["outputs"] = []
+            if cell.get("id") in visible:
+                check = visible[cell["id"]]
+                new["source"] = _visible_check_source(check, titles[check.exercise], blobs.get(check.id))
             if ANSWER_TAG in tags:
                 a = answers[cell["id"]]
                 new["source"] = a.stub if a.stub is not None else make_stub(a.source, exercise_title=titles[a.exercise])
@@ -155,6 +232,57 @@ def dumps_notebook(nb: dict) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+_BLOB = re.compile(r"expected=\(\n((?:    '[A-Za-z0-9+/=]*'\n)+)\)\):")
+
+
+def _blobs(text: str) -> tuple[str, list[dict]]:
+    from .expected import unpack
+
+    found = []
+
+    def take(m):
+        found.append(unpack("".join(re.findall(r"'([^']*)'", m.group(1)))))
+        return "expected=<packed>):"
+
+    nb = json.loads(text)
+    for cell in nb.get("cells", []):
+        src = cell_source(cell)
+        cell["source"] = _BLOB.sub(take, src)
+    return json.dumps(nb, sort_keys=True), found
+
+
+def _equivalent(current: str, new: str) -> bool:
+    """The same release up to the last float digits of the packed expected values (a reference
+    computed on another CPU may round differently)."""
+    import torch
+
+    from .sandbox_worker import decode
+
+    try:
+        (a, blobs_a), (b, blobs_b) = _blobs(current), _blobs(new)
+    except (ValueError, KeyError, TypeError):
+        return False
+    if a != b or len(blobs_a) != len(blobs_b):
+        return False
+    for x, y in zip(blobs_a, blobs_b):
+        if {k: v for k, v in x.items() if k != "calls"} != {k: v for k, v in y.items() if k != "calls"} or set(x["calls"]) != set(y["calls"]):
+            return False
+        for key, ex in x["calls"].items():
+            ey = y["calls"][key]
+            if ("value" in ex) != ("value" in ey):
+                return False
+            if "value" not in ex:
+                if ex != ey:
+                    return False
+                continue
+            va, vb = decode(ex["value"]), decode(ey["value"])
+            from .compare import compare_values
+
+            if compare_values(va, vb, rtol=1e-6, atol=1e-7, hidden=True) is not None:
+                return False
+    return True
+
+
 def release(solution: Path | str, exercises_dir: Path | str, *, check: bool = False) -> tuple[Path, bool]:
     """Write (or with ``check`` only compare) the exercise notebook; returns ``(path, up_to_date)``."""
     solution = Path(solution)
@@ -167,7 +295,7 @@ def release(solution: Path | str, exercises_dir: Path | str, *, check: bool = Fa
     text = dumps_notebook(exercise_nb)
     target = Path(exercises_dir) / solution.name
     current = target.read_text(encoding="utf-8") if target.exists() else None
-    if current == text:
+    if current == text or (current is not None and _equivalent(current, text)):
         return target, True
     if not check:
         target.parent.mkdir(parents=True, exist_ok=True)
