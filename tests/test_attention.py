@@ -20,17 +20,21 @@ from course_lib.nn import (
 TOL = 1e-5
 
 
-def brute_force_attention(q, k, v, mask=None):
-    """Loop over every query and key: the definition, with no broadcasting tricks."""
+def brute_force_attention(q, k, v, mask=None, bias=None):
+    """Loop over every query and key: softmax(q.k / sqrt(d) + bias) over the allowed keys."""
     *lead, nq, d = q.shape
     nk = k.shape[-2]
     out = torch.zeros(*lead, nq, v.shape[-1], dtype=torch.float64)
     qf, kf, vf = q.double().reshape(-1, nq, d), k.double().reshape(-1, nk, d), v.double().reshape(-1, nk, v.shape[-1])
     m = None if mask is None else mask.expand(*lead, nq, nk).reshape(-1, nq, nk)
+    bb = None if bias is None else bias.double().expand(*lead, nq, nk).reshape(-1, nq, nk)
     o = out.view(-1, nq, v.shape[-1])
     for b in range(qf.shape[0]):
         for i in range(nq):
-            scores = [float(qf[b, i] @ kf[b, j]) / math.sqrt(d) for j in range(nk)]
+            scores = [
+                float(qf[b, i] @ kf[b, j]) / math.sqrt(d) + (0.0 if bb is None else float(bb[b, i, j]))
+                for j in range(nk)
+            ]
             allowed = [j for j in range(nk) if m is None or bool(m[b, i, j])]
             if not allowed:
                 continue
@@ -73,6 +77,61 @@ def test_fully_masked_rows_are_zero_in_both_paths():
     assert out_e[0, 0, 1].abs().max() == 0 and out_f[0, 0, 1].abs().max() == 0
     assert w[0, 0, 1].abs().max() == 0
     assert (out_e - out_f).abs().max() < TOL
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias_shape", [(2, 3, 5, 5), (3, 5, 5), (5, 5), (2, 1, 1, 5)])
+def test_score_bias_matches_brute_force_with_masks(causal, bias_shape):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 4)
+    bias = torch.randn(*bias_shape) * 2
+    mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+    full = mask & causal_mask(5) if causal else mask
+    ref = brute_force_attention(q, k, v, full, bias)
+    out_e, w = attention_explicit(q, k, v, mask, bias=bias, causal=causal)
+    out_f = attention_fast(q, k, v, mask, bias=bias, causal=causal)
+    assert (out_e - ref).abs().max() < TOL
+    assert (out_f - ref).abs().max() < TOL
+    assert (attention(q, k, v, mask, bias=bias, causal=causal)[0] - ref).abs().max() < TOL
+    assert w[1, :, :, 3:].abs().max() == 0  # masked keys get zero weight whatever their bias
+    # a bias alone (no mask) through both paths
+    ref_b = brute_force_attention(q, k, v, causal_mask(5) if causal else None, bias)
+    assert (attention_fast(q, k, v, bias=bias, causal=causal) - ref_b).abs().max() < TOL
+    assert (attention_explicit(q, k, v, bias=bias, causal=causal)[0] - ref_b).abs().max() < TOL
+
+
+def test_score_bias_keeps_fully_masked_rows_zero():
+    q, k, v = (torch.randn(1, 1, 3, 4) for _ in range(3))
+    mask = torch.tensor([[True, True, False], [False, False, False], [True, False, False]])
+    bias = torch.randn(3, 3)
+    out_e, w = attention_explicit(q, k, v, mask, bias=bias)
+    out_f = attention_fast(q, k, v, mask, bias=bias)
+    assert torch.isfinite(out_e).all() and torch.isfinite(out_f).all()
+    assert out_e[0, 0, 1].abs().max() == 0 and out_f[0, 0, 1].abs().max() == 0 and w[0, 0, 1].abs().max() == 0
+    assert (out_e - brute_force_attention(q, k, v, mask, bias)).abs().max() < TOL
+    assert (out_e - out_f).abs().max() < TOL
+
+
+def test_multi_head_attention_takes_a_score_bias():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    bias = torch.randn(4, 6, 6)
+    mask = padding_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2]))
+    with torch.no_grad():
+        fast, _ = mha(x, mask=mask, bias=bias)
+        slow, w = mha(x, mask=mask, bias=bias, return_weights=True)
+        q, k, v = (mha.split_heads(lin(x)) for lin in (mha.w_q, mha.w_k, mha.w_v))
+        ref = mha.w_o(mha.merge_heads(brute_force_attention(q, k, v, mask, bias)))
+        plain, _ = mha(x, mask=mask)
+        zero, _ = mha(x, mask=mask, bias=torch.zeros(6, 6))
+    assert (fast - ref).abs().max() < TOL and (slow - ref).abs().max() < TOL
+    assert (zero - plain).abs().max() < TOL  # a zero bias changes nothing
+    assert torch.allclose(w[0].sum(-1), torch.ones(4, 6), atol=1e-6)
+    with pytest.raises(ValueError, match="float"):
+        mha(x, bias=torch.ones(6, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"bias of shape \(5, 5\) does not broadcast"):
+        mha(x, bias=torch.zeros(5, 5))
 
 
 def test_causal_mask_shape_and_offset():

@@ -18,7 +18,7 @@ from course_lib.models.bert import (
     BertModel,
     masked_lm_loss,
 )
-from course_lib.models.transformer import ACTIVATIONS
+from course_lib.nn import ACTIVATIONS
 
 transformers = pytest.importorskip("transformers")
 from transformers.activations import ACT2FN  # noqa: E402

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.positional import check_length
-from .transformer import ACTIVATIONS, FeedForward, get_activation
+from ..nn.feedforward import ACTIVATIONS, FeedForward, get_activation
 
 __all__ = [
     "BertConfig",

@@ -18,10 +18,10 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
+from ..nn.feedforward import ACTIVATIONS, FeedForward, get_activation
 from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 __all__ = [
@@ -36,31 +36,6 @@ __all__ = [
     "copy_mha_from_torch",
     "copy_from_torch_transformer",
 ]
-
-ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,  # exact erf form (BERT's "gelu")
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # tanh form (GPT-2, ALBERT v2)
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    # other names Hugging Face configs use for the same two GELUs
-    "gelu_python": F.gelu,
-    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_accurate": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_python_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's sigmoid approximation
-    "mish": F.mish,
-    "silu": F.silu,
-    "swish": F.silu,
-    "tanh": torch.tanh,
-}
-
-
-def get_activation(name: str):
-    try:
-        return ACTIVATIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}") from None
-
 
 @dataclass
 class TransformerConfig:
@@ -97,20 +72,6 @@ class TransformerConfig:
             )
         if self.final_norm is None:
             self.final_norm = self.norm_first
-
-
-class FeedForward(nn.Module):
-    r"""Position-wise FFN: :math:`\mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1) W_2 + b_2`."""
-
-    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: str = "relu"):
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.activation = get_activation(activation)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
 class _Residual(nn.Module):

@@ -7,10 +7,12 @@ from .attention import (
     attention_explicit,
     attention_fast,
     causal_mask,
+    check_bias,
     check_mask,
     combine_masks,
     padding_mask,
 )
+from .feedforward import ACTIVATIONS, FeedForward, get_activation
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, check_length, sinusoidal_table
 
 __all__ = [
@@ -20,9 +22,13 @@ __all__ = [
     "attention_explicit",
     "attention_fast",
     "causal_mask",
+    "check_bias",
     "check_mask",
     "combine_masks",
     "padding_mask",
+    "ACTIVATIONS",
+    "FeedForward",
+    "get_activation",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
     "check_length",

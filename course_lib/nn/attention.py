@@ -18,6 +18,16 @@ otherwise. Both agree to float32 precision (tested).
 Masks are boolean and broadcast to ``[batch, heads, query_len, key_len]``; ``True`` means
 "may attend" (the same convention as PyTorch's SDPA). A query row whose keys are all
 masked gets a zero output and zero weights in both paths.
+
+A ``bias`` is a float tensor added to the scores before the softmax, broadcast the same way:
+
+.. math::
+
+    \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + B\right) V
+
+It carries what the mask cannot: relative-position scores (Transformer-XL, XLNet), ALiBi
+slopes, any learned score offset. Hide keys with the boolean mask, not with ``-inf`` in the
+bias: only the mask gives fully masked rows their defined zero output.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ __all__ = [
     "padding_mask",
     "combine_masks",
     "check_mask",
+    "check_bias",
     "MultiHeadAttention",
     "ablate_heads",
 ]
@@ -100,12 +111,39 @@ def check_mask(mask: Tensor | None, batch: int, heads: int, q_len: int, k_len: i
     return mask
 
 
+def check_bias(bias: Tensor | None, batch: int, heads: int, q_len: int, k_len: int) -> Tensor | None:
+    """Validate an additive score bias: a float tensor that broadcasts to the attention shape.
+
+    Raises ``ValueError`` for a boolean bias (that is a mask) or one that cannot broadcast to
+    ``[batch, heads, q_len, k_len]``.
+    """
+    if bias is None:
+        return None
+    if not bias.is_floating_point():
+        raise ValueError(
+            f"an attention bias is a float tensor added to the scores; got dtype {bias.dtype}. "
+            "Pass boolean masks as `mask`."
+        )
+    target = (batch, heads, q_len, k_len)
+    ok = bias.dim() <= 4
+    if ok:
+        shape = (1,) * (4 - bias.dim()) + tuple(bias.shape)
+        ok = all(s == 1 or s == t for s, t in zip(shape, target))
+    if not ok:
+        raise ValueError(
+            f"attention bias of shape {tuple(bias.shape)} does not broadcast to "
+            f"[batch, heads, query_len, key_len] = {list(target)}"
+        )
+    return bias
+
+
 def attention_explicit(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
     *,
+    bias: Tensor | None = None,
     causal: bool = False,
     dropout_p: float = 0.0,
     scale: float | None = None,
@@ -114,9 +152,12 @@ def attention_explicit(
 
     ``q``: ``[..., q_len, d_k]``, ``k``: ``[..., k_len, d_k]``, ``v``: ``[..., k_len, d_v]``.
     ``weights`` has shape ``[..., q_len, k_len]`` and each unmasked row sums to 1.
+    ``bias`` (float, broadcast to ``[..., q_len, k_len]``) is added to the scaled scores.
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
     if causal:
         mask = combine_masks(mask, causal_mask(q.size(-2), key_length=k.size(-2), device=q.device))
     if mask is not None:
@@ -136,6 +177,7 @@ def attention_fast(
     v: Tensor,
     mask: Tensor | None = None,
     *,
+    bias: Tensor | None = None,
     causal: bool = False,
     dropout_p: float = 0.0,
     scale: float | None = None,
@@ -143,13 +185,11 @@ def attention_fast(
     """The same attention through :func:`torch.nn.functional.scaled_dot_product_attention`.
 
     With no mask and ``causal=True`` SDPA can use the flash kernel on a GPU; with a mask it
-    uses the memory-efficient kernel.
+    uses the memory-efficient kernel. With a ``bias`` SDPA receives one float ``attn_mask``:
+    the bias where the boolean mask allows, ``-inf`` where it does not.
     """
-    if mask is not None and causal:
+    if (mask is not None or bias is not None or q.size(-2) != k.size(-2)) and causal:
         mask = combine_masks(mask, causal_mask(q.size(-2), key_length=k.size(-2), device=q.device))
-        causal = False
-    if causal and q.size(-2) != k.size(-2):
-        mask = causal_mask(q.size(-2), key_length=k.size(-2), device=q.device)
         causal = False
     empty_rows = None
     if mask is not None:
@@ -159,7 +199,14 @@ def attention_fast(
             # everywhere: let those rows attend freely, then zero their output.
             empty_rows = ~has_key
             mask = mask | empty_rows
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale)
+    attn_mask = mask
+    if bias is not None:
+        attn_mask = bias.to(q.dtype)
+        if mask is not None:
+            attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=causal, scale=scale
+    )
     if empty_rows is not None:
         out = out.masked_fill(empty_rows, 0.0)
     return out
@@ -171,6 +218,7 @@ def attention(
     v: Tensor,
     mask: Tensor | None = None,
     *,
+    bias: Tensor | None = None,
     causal: bool = False,
     dropout_p: float = 0.0,
     scale: float | None = None,
@@ -179,10 +227,12 @@ def attention(
     """Scaled dot-product attention: ``(output, weights or None)``.
 
     Takes the explicit path when ``return_weights`` is True, the SDPA path otherwise.
+    ``mask`` is boolean (True = may attend); ``bias`` is a float tensor added to the scores.
     """
+    kw = dict(bias=bias, causal=causal, dropout_p=dropout_p, scale=scale)
     if return_weights:
-        return attention_explicit(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale)
-    return attention_fast(q, k, v, mask, causal=causal, dropout_p=dropout_p, scale=scale), None
+        return attention_explicit(q, k, v, mask, **kw)
+    return attention_fast(q, k, v, mask, **kw), None
 
 
 class MultiHeadAttention(nn.Module):
@@ -234,10 +284,14 @@ class MultiHeadAttention(nn.Module):
         value: Tensor | None = None,
         mask: Tensor | None = None,
         *,
+        bias: Tensor | None = None,
         causal: bool = False,
         return_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Self-attention when ``key``/``value`` are omitted, cross-attention otherwise.
+
+        ``mask`` (boolean, True = may attend) and ``bias`` (float, added to the scores) both
+        broadcast to ``[batch, heads, q_len, k_len]``.
 
         Returns ``(output [batch, q_len, d_model], weights [batch, heads, q_len, k_len] or None)``.
         """
@@ -252,11 +306,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query width {query.size(-1)} != d_model {self.d_model}")
         b, q_len, k_len = query.size(0), query.size(1), key.size(1)
         mask = check_mask(mask, b, self.n_heads, q_len, k_len)
+        bias = check_bias(bias, b, self.n_heads, q_len, k_len)
         q = self.split_heads(self.w_q(query))
         k = self.split_heads(self.w_k(key))
         v = self.split_heads(self.w_v(value))
         p = self.dropout if self.training else 0.0
-        out, weights = attention(q, k, v, mask, causal=causal, dropout_p=p, return_weights=return_weights)
+        out, weights = attention(q, k, v, mask, bias=bias, causal=causal, dropout_p=p, return_weights=return_weights)
         return self.w_o(self.merge_heads(out)), weights
 
 

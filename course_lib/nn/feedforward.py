@@ -1,0 +1,62 @@
+r"""The position-wise feed-forward network and the activations the course's models use.
+
+.. math::
+
+    \mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1)\, W_2 + b_2
+
+The Transformer uses ``act = ReLU``; BERT and its descendants the GELU
+:math:`x\,\Phi(x)` (exact erf form) or its tanh approximation. ``ACTIVATIONS`` maps the
+names Hugging Face configs use to the functions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["ACTIVATIONS", "FeedForward", "get_activation"]
+
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact erf form (BERT's "gelu")
+    "gelu_new": _gelu_tanh,  # tanh form (GPT-2, ALBERT v2)
+    "gelu_pytorch_tanh": _gelu_tanh,
+    # other names Hugging Face configs use for the same two GELUs
+    "gelu_python": F.gelu,
+    "gelu_fast": _gelu_tanh,
+    "gelu_accurate": _gelu_tanh,
+    "gelu_python_tanh": _gelu_tanh,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's sigmoid approximation
+    "mish": F.mish,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def get_activation(name: str):
+    """The activation function called ``name`` (a key of ``ACTIVATIONS``)."""
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}") from None
+
+
+class FeedForward(nn.Module):
+    r"""Position-wise FFN: :math:`\mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1) W_2 + b_2`."""
+
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.0, activation: str = "relu"):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = get_activation(activation)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
