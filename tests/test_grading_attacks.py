@@ -136,6 +136,16 @@ def bilm_loss(forward_logits, backward_logits, word_ids, mask):
 '''
 
 
+# honest except in the uniformity check's input, where one "random" id is 300 million: the
+# check's bincount would make the grader allocate 2.4 GB
+HUGE_ID = MASK_IN_PLACE.replace("  # edits the caller's tensor", "").replace("input_ids[", "inputs[").replace(
+    "    labels = torch.where", "    inputs = input_ids.clone()\n    labels = torch.where"
+).replace(
+    "    return input_ids, labels",
+    "    if vocab_size == 40:\n        inputs.view(-1)[int(torch.nonzero(replace.view(-1))[0])] = 300_000_000\n    return inputs, labels",
+)
+
+
 def notebook_for(exercise: Path, solution: Path, answers: dict[str, str]) -> dict:
     nb = json.loads(exercise.read_text())
     sol = json.loads(solution.read_text())
@@ -183,6 +193,7 @@ def batch(tmp_path_factory):
     subs["mutates"] = _write(
         folder / "mutates.ipynb", notebook_for(EXERCISE_03, SOLUTION_03, {"masking-answer": MASK_IN_PLACE, "packing-answer": PACK_POPS})
     )
+    subs["grader_memory"] = _write(folder / "grader_memory.ipynb", notebook_for(EXERCISE_03, SOLUTION_03, {"masking-answer": HUGE_ID}))
     subs["uint8"] = _write(folder / "uint8.ipynb", notebook_for(EXERCISE_01, SOLUTION_01, {"bilm-targets-answer": UINT8_TARGETS}))
     (out / "grades.csv").write_text("submission,assignment,points,max_points,status\nstale,row,99,99,graded\n")
     paths = [os.path.relpath(p, folder) for p in subs.values()]  # as a class's files are usually given
@@ -341,6 +352,16 @@ def test_integer_results_are_not_cast_to_the_students_dtype(batch):
     got = checks_of(batch, "uint8")
     assert got["bilm-targets-small"] is False and got["bilm-targets-random"] is False
     assert got["bilm-loss-random"] is True
+
+
+def test_check_code_runs_under_a_memory_limit_in_the_grader(batch):
+    """Item 5: a hidden check's bincount on a student's huge id fails that check; the grader
+    never allocates the 2.4 GB (--grader-memory-mb, default 2048)."""
+    got = checks_of(batch, "grader_memory")
+    assert [c for c, ok in got.items() if not ok] == ["masking-uniform"], report_of(batch, "grader_memory")["checks"]
+    msg = next(c["message"] for c in report_of(batch, "grader_memory")["checks"] if c["id"] == "masking-uniform")
+    assert "RuntimeError" in msg or "out of memory" in msg, msg
+    assert row_of(batch, "grader_memory")["points"] == "9"
 
 
 # --- units: writers, folder names, files, comparisons, the wire ----------------------------------
@@ -511,3 +532,63 @@ def test_reports_take_any_text(tmp_path_factory, name, assignment, status, messa
         for ln in outside:
             assert "<" not in ln or ln.startswith("## Exercise"), md
             assert "\x1b" not in ln and "\r" not in ln
+
+
+# --- limits that hold (items 4 and 5) ------------------------------------------------------------
+
+ESCAPE_PROBE = '''
+import ctypes, mmap, os, threading
+
+def probe():
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+    try:
+        fd = os.memfd_create("hoard")
+        os.close(fd)
+        out["memfd"] = "created"
+    except OSError as exc:
+        out["memfd"] = exc.errno
+    shm = libc.shmget(0, 1 << 30, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT: a 1 GiB segment
+    out["shmget"] = "created" if shm >= 0 else ctypes.get_errno()
+    if shm >= 0:
+        libc.shmctl(shm, 0, None)  # IPC_RMID
+    out["msgget"] = "created" if libc.msgget(0, 0o1000 | 0o600) >= 0 else ctypes.get_errno()
+    out["unshare_user"] = "created" if libc.unshare(0x10000000 | 0x20000) == 0 else ctypes.get_errno()
+    out["mount_tmpfs"] = "mounted" if libc.mount(b"none", b"/tmp", b"tmpfs", 0, b"size=4g") == 0 else ctypes.get_errno()
+    box = []
+    t = threading.Thread(target=lambda: box.append(sum(range(1000))))
+    t.start()
+    t.join()
+    out["thread"] = box == [499500]
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+    return out
+'''
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_memory_outside_rlimits_and_new_namespaces_are_refused(mode):
+    """Item 4: SysV shared memory, message queues, memfd and a tmpfs in a new user namespace
+    (memory the address-space limit does not see) fail in the student's process; threads
+    and fork still work."""
+    import errno
+
+    from course_lib.grading.sandbox import Sandbox
+    from course_lib.grading.wire import to_python
+
+    if mode == "bwrap" and not HAVE_BWRAP:
+        pytest.skip("bubblewrap unusable here")
+    box = Sandbox(mode)
+    box.start(time.monotonic() + 120)
+    try:
+        assert box.request({"op": "exec", "key": "probe", "source": ESCAPE_PROBE}, time.monotonic() + 30).ok
+        result = box.request({"op": "call", "name": "probe", "args": [], "kwargs": []}, time.monotonic() + 30)
+    finally:
+        box.kill()
+    assert result.ok, result.error
+    seen = to_python(result.value)
+    assert seen["thread"] is True and seen["fork"] is True, seen
+    for what in ("memfd", "shmget", "msgget", "unshare_user", "mount_tmpfs"):
+        assert seen[what] in (errno.EPERM, errno.ENOSYS), seen

@@ -432,6 +432,8 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         message = _assert_message(exc, check)
     except GraderFailure:
         raise
+    except MemoryError:
+        message = "the check ran out of memory working on what your code returned (the grader's memory is limited)"
     except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
         if check.hidden:  # its message would describe the check's own computation (sizes, values)
             message = (
@@ -500,6 +502,27 @@ def grade_answers(
     }
 
 
+def _limit_own_memory(megabytes: int | None) -> None:
+    """Bound this process's address space (soft limit; children may set their own): check
+    code runs here on values a student's code chose, and must not be able to make the grader
+    allocate gigabytes (a huge id fed to ``bincount``, a broadcast). An allocation over the
+    limit fails the check that made it (MemoryError or RuntimeError), not the batch."""
+    if not megabytes:
+        return
+    try:
+        import resource
+
+        with open("/proc/self/status") as fh:
+            used = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmSize:"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = max(int(megabytes) * 2**20, used + 512 * 2**20)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (OSError, ValueError, StopIteration, ImportError):
+        pass
+
+
 def main() -> int:
     """JSON lines on stdin/stdout: ``{"op": "grade", ...}`` -> ``{"ok": true, "result": {...}}``."""
     proto_out = os.fdopen(os.dup(1), "w")
@@ -526,6 +549,7 @@ def main() -> int:
                 cache[key] = (assignment, Reference(assignment))
             assignment, reference = cache[key]
             limits = SandboxLimits(**req.get("limits", {}))
+            _limit_own_memory(limits.grader_memory_mb)
             result = grade_answers(
                 assignment,
                 reference,

@@ -16,6 +16,8 @@ def _grade_cmd(args) -> int:
     limits = SandboxLimits()
     if args.memory_mb:
         limits.memory_mb = args.memory_mb
+    if args.grader_memory_mb:
+        limits.grader_memory_mb = args.grader_memory_mb
     try:
         rows = grade_files(
             args.submissions,
@@ -65,6 +67,7 @@ def register(sub) -> None:
     p.add_argument("--timeout", type=_positive_float, default=300.0, metavar="SECONDS", help="wall time per submission (default 300)")
     p.add_argument("--check-timeout", type=_positive_float, default=None, metavar="SECONDS", help="cap on each check's wall time (default: the solution's, 10 s)")
     p.add_argument("--memory-mb", type=_positive_int, default=None, help="address-space limit of the student's process (default 2048)")
+    p.add_argument("--grader-memory-mb", type=_positive_int, default=None, help="address-space limit of each checker process, where checks run on the student's values (default 2048)")
     p.add_argument("--solutions", metavar="DIR", help="folder of solution notebooks (default: solutions/ of the course checkout)")
     p.add_argument("--sandbox", choices=["auto", "bwrap", "none"], default=None, help="auto (default; also $COURSE_GRADER_SANDBOX): bubblewrap when it works")
     p.set_defaults(func=_grade_cmd)

@@ -79,6 +79,7 @@ class SandboxLimits:
     tmpfs_mb: int = 64  # the sandbox's /tmp (bubblewrap only)
     nofile: int = 256
     cpu_s: int = 600  # CPU seconds of the process (a backstop; wall-clock deadlines come first)
+    grader_memory_mb: int = 2048  # address space of the checker process, where check code runs on the student's values
 
 
 class SandboxLost(Exception):
@@ -108,6 +109,18 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def _disable_userns(exe: str) -> bool:
+    """Whether this bubblewrap has ``--disable-userns`` (0.8+) and it works here."""
+    key = "disable-userns"
+    if key not in _BWRAP_CACHE:
+        try:
+            help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            help_text = ""
+        _BWRAP_CACHE[key] = ("--disable-userns" in help_text, "")
+    return _BWRAP_CACHE[key][0]
+
+
 def bwrap_status() -> tuple[bool, str]:
     """Whether bubblewrap works here with the options the sandbox needs: ``(ok, reason)``."""
     if "status" in _BWRAP_CACHE:
@@ -119,6 +132,10 @@ def bwrap_status() -> tuple[bool, str]:
         cmd = _bwrap_prefix(exe, tmpfs_mb=1) + ["--", "/bin/true" if os.path.exists("/bin/true") else "true"]
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=20)
+            if proc.returncode != 0 and "--disable-userns" in cmd:  # supported, but not on this kernel
+                _BWRAP_CACHE["disable-userns"] = (False, "")
+                cmd = _bwrap_prefix(exe, tmpfs_mb=1) + ["--", "/bin/true" if os.path.exists("/bin/true") else "true"]
+                proc = subprocess.run(cmd, capture_output=True, timeout=20)
             ok = proc.returncode == 0
             result = (ok, "" if ok else proc.stderr.decode(errors="replace").strip()[:300] or f"exit status {proc.returncode}")
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -185,6 +202,8 @@ def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         cmd += ["--unshare-user"]
+        if _disable_userns(exe):  # no nested user namespaces (the seccomp filter refuses them too)
+            cmd += ["--disable-userns"]
     cmd += ["--die-with-parent", "--new-session", "--clearenv"]
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -424,6 +443,7 @@ class Sandbox:
                 "nofile": self.limits.nofile,
                 "cpu_s": self.limits.cpu_s,
                 "core": 0,
+                "msgqueue": 0,  # POSIX message queues hold memory no rlimit on the process sees
             },
         }
         self._write(self._ctl_in, init)
