@@ -251,6 +251,8 @@ def test_batch_writes_every_row_and_a_fresh_gradebook(batch):
     assert (batch["out"] / "grades.csv").is_file()
     for name in batch["subs"]:
         report_of(batch, name)  # exactly one report per submission
+    limits = report_of(batch, "magics")["limits"]  # the report says which limits applied (rlimits, no cgroup)
+    assert limits["memory_mb_per_process"] == 2048 and "no cgroup" in limits["kind"]
 
 
 def test_surrogates_in_messages_and_output_keep_the_row(batch):

@@ -333,7 +333,10 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
         if chk_id in seen_check_ids:
             problems.append(f"{where}: duplicate check id {chk_id!r}")
         seen_check_ids.add(chk_id)
-        points = _number(cmeta.get("points"), f"check {chk_id!r} {META}.points", problems, where)
+        points = _number(cmeta.get("points"), f"check {chk_id!r} {META}.points", problems, where, positive=False)
+        if points is not None and points < 0:
+            problems.append(f"{where}: check {chk_id!r} {META}.points must be 0 or more, got {points!r}")
+            points = None
         timeout = _number(cmeta.get("timeout", default_timeout or DEFAULT_CHECK_TIMEOUT), "timeout", problems, where)
         rtol = _number(cmeta.get("rtol", default_rtol or 0.0), "rtol", problems, where, positive=False)
         atol = _number(cmeta.get("atol", default_atol or 0.0), "atol", problems, where, positive=False)

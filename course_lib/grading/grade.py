@@ -325,6 +325,14 @@ def grade_files(
         log(f"warning: {warning}")
     limits = limits or SandboxLimits()
 
+    limits_note = {
+        "kind": "per process (rlimits; no cgroup), plus a seccomp filter against memory rlimits do not count",
+        "memory_mb_per_process": limits.memory_mb,
+        "processes": limits.nproc,
+        "file_mb": limits.fsize_mb,
+        "tmpfs_mb": limits.tmpfs_mb if mode == "bwrap" else None,
+        "grader_memory_mb": limits.grader_memory_mb,
+    }
     folders = report_folders(paths)
     csv_path = out / "grades.csv"
     try:  # never leave an earlier run's gradebook in place: it is written afresh below, or not at all
@@ -414,7 +422,7 @@ def grade_files(
         if reply is not None and reply.get("ok"):
             result = reply["result"]
             row = {**base, "points": result["points"], "max_points": result["max_points"]}
-            report = {**row, **result, "sandbox": mode}
+            report = {**row, **result, "sandbox": mode, "limits": limits_note}
             report["warnings"] = ([warning] if warning else []) + result["warnings"]
             report.pop("sandbox_starts", None)
         else:
