@@ -21,11 +21,12 @@ from course_lib.notebooks import check_notebook
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "03_bert.ipynb"
 EXERCISE = ROOT / "exercises" / "03_bert.ipynb"
-MASK, EMB, PACK = "masking-answer", "embeddings-answer", "packing-answer"
+MASK, EMB, PACK, LOSS = "masking-answer", "embeddings-answer", "packing-answer", "mlm-loss-answer"
 CHECKS = {
     "masking": ["masking-basics", "masking-statistics", "masking-fresh", "masking-uniform"],
     "embeddings": ["embeddings-small", "embeddings-sizes", "embeddings-sum"],
     "packing": ["packing-small", "packing-random", "packing-edges"],
+    "mlm-loss": ["mlm-loss-small", "mlm-loss-random", "mlm-loss-edges"],
 }
 ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
 
@@ -52,10 +53,10 @@ def reference() -> dict:
 
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
-    assert a.name == "03_bert" and a.max_points == 10
-    assert [e.id for e in a.exercises] == ["masking", "embeddings", "packing"]
+    assert a.name == "03_bert" and a.max_points == 13
+    assert [e.id for e in a.exercises] == ["masking", "embeddings", "packing", "mlm-loss"]
     assert [c.id for c in a.checks] == ALL_CHECKS
-    assert sum(c.hidden for c in a.checks) == 6
+    assert sum(c.hidden for c in a.checks) == 8
     target, fresh = release(SOLUTION, EXERCISE.parent, check=True)
     assert fresh, "exercises/03_bert.ipynb is out of date: run `course release 03_bert`"
     assert check_notebook(SOLUTION) == [] and check_notebook(EXERCISE) == []
@@ -160,7 +161,14 @@ def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
     return [cls_id] + a + [sep_id] + b + [sep_id], [0] * (len(a) + 1) + [1] * (len(b) + 2)
 ''',
 }
-PARTIAL_FAILS = {"masking-fresh", "masking-uniform", "embeddings-sum", *CHECKS["packing"]}
+PARTIAL[LOSS] = '''
+def mlm_loss(logits, labels):
+    flat, y = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    keep = y != -100
+    log_probs = torch.log(torch.softmax(flat[keep], dim=-1))  # -inf for large logits; nan with no label
+    return -log_probs.gather(1, y[keep][:, None]).mean()
+'''
+PARTIAL_FAILS = {"masking-fresh", "masking-uniform", "embeddings-sum", *CHECKS["packing"], "mlm-loss-small", "mlm-loss-edges"}
 
 REWRITTEN = {
     MASK: '''
@@ -209,6 +217,34 @@ def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
 }
 
 
+REWRITTEN[LOSS] = '''
+def mlm_loss(logits, labels):
+    z, y = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    rows = torch.nonzero(y != -100).flatten()
+    if rows.numel() == 0:
+        return torch.zeros((), dtype=logits.dtype)
+    z = z[rows]
+    picked = z[torch.arange(len(rows)), y[rows]]
+    return (torch.logsumexp(z, dim=-1) - picked).sum() / len(rows)
+'''
+
+
+def test_reference_mlm_loss_matches_cross_entropy():
+    import torch
+
+    mlm_loss = reference()["mlm_loss"]
+    g = torch.Generator().manual_seed(3)
+    for shape in [(2, 7, 11), (5, 4), (1, 1, 3)]:
+        logits = torch.randn(*shape, generator=g) * 5
+        labels = torch.randint(0, shape[-1], shape[:-1], generator=g)
+        labels[torch.rand(shape[:-1], generator=g) < 0.5] = -100
+        labels.view(-1)[0] = 1
+        expected = torch.nn.functional.cross_entropy(logits.reshape(-1, shape[-1]), labels.reshape(-1), ignore_index=-100)
+        torch.testing.assert_close(mlm_loss(logits, labels), expected)
+    zero = mlm_loss(torch.randn(2, 3, 4), torch.full((2, 3), -100))
+    assert zero.dim() == 0 and float(zero) == 0.0
+
+
 def _submission(folder: Path, name: str, answers: dict[str, str], base: str = "solution") -> Path:
     nb = json.loads(EXERCISE.read_text())
     sol = {c["id"]: _src(c) for c in _cells(json.loads(SOLUTION.read_text()), "answer")}
@@ -246,15 +282,15 @@ def graded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name, points, failing", [
-    ("solution", 10, set()),
+    ("solution", 13, set()),
     ("stub", 0, set(ALL_CHECKS)),
-    ("partial", 4, PARTIAL_FAILS),
-    ("rewritten", 10, set()),
-    ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"])),
+    ("partial", 5, PARTIAL_FAILS),
+    ("rewritten", 13, set()),
+    ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"] + CHECKS["mlm-loss"])),
 ])
 def test_exact_points(graded, name, points, failing):
     row, rep = graded[name]
     got = {c["id"]: c["passed"] for c in rep["checks"]}
     assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
-    assert row["status"] == "graded" and row["max_points"] == "10"
+    assert row["status"] == "graded" and row["max_points"] == "13"
     assert int(row["points"]) == points == rep["points"]
