@@ -544,7 +544,7 @@ def pretraining_loss(model: torch.nn.Module, batch: Mapping[str, Tensor], *, mas
     out = model(batch["input_ids"], labels=labels, masked_only=masked_only, **kwargs)
     metrics: dict[str, float] = {}
     with torch.no_grad():
-        logits = out.prediction_logits if has_nsp else out.logits
+        logits = out.mlm_logits
         chosen = labels != IGNORE_INDEX
         if bool(chosen.any()):
             predicted = logits.argmax(-1) if masked_only else logits[chosen].argmax(-1)

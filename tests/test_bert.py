@@ -347,11 +347,32 @@ def test_masked_only_gives_the_same_loss_and_the_masked_rows(cls):
     labels[0, 2] = 7
     full = model(**batch, labels=labels)
     sparse = model(**batch, labels=labels, masked_only=True)
-    logits_full = full.prediction_logits if cls is BertForPreTraining else full.logits
-    logits_sparse = sparse.prediction_logits if cls is BertForPreTraining else sparse.logits
+    logits_full, logits_sparse = full.mlm_logits, sparse.mlm_logits  # one accessor for every MLM model
     chosen = labels != -100
     assert logits_sparse.shape == (int(chosen.sum()), TINY["vocab_size"])
     assert maxdiff(logits_sparse, logits_full[chosen]) <= TOL
     assert abs(full.loss.item() - sparse.loss.item()) <= TOL
     with pytest.raises(ValueError, match="needs labels"):
         model(**batch, masked_only=True)
+
+
+def test_mlm_logits_is_the_one_accessor_of_masked_lm_outputs():
+    batch = make_batch(seed=2)
+    pre, mlm = BertForPreTraining(BertConfig(**TINY)).eval(), BertForMaskedLM(BertConfig(**TINY)).eval()
+    out_pre, out_mlm = pre(**batch), mlm(**batch)
+    assert out_pre.mlm_logits is out_pre.prediction_logits and out_mlm.mlm_logits is out_mlm.logits
+    assert "mlm_logits" not in out_pre.keys() and len(out_mlm) == 1  # not a field: HF's records are unchanged
+
+
+def test_forward_checks_inputs_in_one_function():
+    from course_lib.models.bert import check_inputs
+
+    c = BertConfig(**TINY)
+    ids = torch.ones(2, 5, dtype=torch.long)
+    check_inputs(c, ids, torch.ones(2, 5), torch.zeros_like(ids), torch.arange(5)[None])
+    with pytest.raises(ValueError, match=r"position ids must lie in \[0, max_position_embeddings=20\)"):
+        check_inputs(c, ids, position_ids=torch.full_like(ids, 20))
+    with pytest.raises(ValueError, match="token_type_ids must have the shape"):
+        check_inputs(c, ids, token_type_ids=torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="position ids"):
+        BertModel(c)(ids, position_ids=torch.full_like(ids, -1))

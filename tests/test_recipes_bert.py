@@ -13,6 +13,7 @@ from course_lib.cli import main as course_main
 from course_lib.data import generate_documents
 from course_lib.mlm import IGNORE_INDEX, MaskedLMData
 from course_lib.models.bert import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification
+from course_lib.models.roberta import RobertaConfig, RobertaForSequenceClassification
 from course_lib.recipes.bert import (
     LengthGroupedMLMData,
     bert_config,
@@ -279,6 +280,17 @@ def test_finetune_classifier_learns_and_copies_the_body(pretrained):
     assert not torch.allclose(scratch0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
     # same seed: the classifier layer starts equal in both runs
     assert torch.allclose(clf0.classifier.weight, scratch0.classifier.weight)
+
+
+def test_recipes_cut_roberta_inputs_at_its_length_limit(tok):
+    # RoBERTa reserves padding_idx + 1 position rows: 14 rows place 12 tokens. The recipes cut
+    # inputs at config.max_len (12), not at max_position_embeddings (14, two tokens too late).
+    config = RobertaConfig(vocab_size=300, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=14)
+    assert config.max_len == 12
+    clf = RobertaForSequenceClassification(config)
+    long_text = " ".join(["the cat sat on the mat"] * 10)
+    assert 0.0 <= classification_accuracy(clf, tok, [(long_text, 0), (long_text, 1)]) <= 1.0
 
 
 def test_finetune_classifier_rejects_bad_input(pretrained):

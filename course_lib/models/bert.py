@@ -3,7 +3,7 @@ r"""BERT: "Pre-training of Deep Bidirectional Transformers for Language Understa
 
 BERT is the Transformer's encoder stack, trained to fill in blanks. Everything here reuses
 the Transformer chapter's pieces: :class:`~course_lib.nn.attention.MultiHeadAttention`
-(projections ``w_q, w_k, w_v, w_o``) and :class:`~course_lib.models.transformer.FeedForward`.
+(projections ``w_q, w_k, w_v, w_o``) and :class:`~course_lib.nn.feedforward.FeedForward`.
 
 **Input embeddings.** Three learned tables are *summed*, then normalised:
 
@@ -38,24 +38,37 @@ elsewhere) plus the next-sentence cross-entropy:
 **Interop.** Parameter shapes and configuration names follow Hugging Face ``transformers``
 so that :meth:`BertModel.from_hf` (and the same method on every head model) copies a
 ``transformers`` model exactly; outputs carry Hugging Face field names
-(``last_hidden_state``, ``pooler_output``, ``prediction_logits``, ...).
+(``last_hidden_state``, ``pooler_output``, ``prediction_logits``, ...). All of that lives in
+:mod:`course_lib.models.hf`; this file is the paper's model, top to bottom.
 Paper vs ours: the paper's BERT-base 108M counts 30,000 tokens and no pooler; with
 ``vocab_size=30522`` ``BertModel`` has 109,482,240 parameters (Hugging Face's count too).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
+from ..nn.feedforward import FeedForward, get_activation
 from ..nn.positional import check_length
-from ..nn.feedforward import ACTIVATIONS, FeedForward, get_activation
+from .hf import (
+    HEADS_BERT_MLM,
+    HEADS_BERT_PRETRAINING,
+    HEADS_CLASSIFIER,
+    BertForPreTrainingOutput,
+    BertModelOutput,
+    HFBody,
+    HFConfig,
+    HFWithHeads,
+    MaskedLMOutput,
+    ModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 
 __all__ = [
     "BertConfig",
@@ -79,26 +92,27 @@ __all__ = [
     "masked_lm_loss",
     "mlm_logits_and_loss",
     "IGNORE_INDEX",
+    "check_inputs",
 ]
 
 IGNORE_INDEX = -100  # label of positions that do not count in the loss (PyTorch's default)
 
 
 # ---------------------------------------------------------------------------------------
-# Configuration
+# Configuration and input checks
 # ---------------------------------------------------------------------------------------
 
 
 @dataclass
-class BertConfig:
+class BertConfig(HFConfig):
     """Sizes and options of a BERT model. Defaults are BERT-base (uncased).
 
     Field names are Hugging Face's, so ``BertConfig(**hf_config.to_dict())``-style copies
     work (see :meth:`from_hf`); the course's names are read-only aliases:
     ``d_model = hidden_size``, ``n_heads = num_attention_heads``, ``n_layers =
-    num_hidden_layers``, ``d_ff = intermediate_size``, ``max_len =
-    max_position_embeddings``, ``pad_id = pad_token_id``. Build one with the course's
-    names through :meth:`from_course`.
+    num_hidden_layers``, ``d_ff = intermediate_size``, ``max_len`` (the longest input),
+    ``pad_id = pad_token_id``. Build one with the course's names through
+    :meth:`from_course` (both from :class:`~course_lib.models.hf.HFConfig`).
     """
 
     vocab_size: int = 30522  # WordPiece vocabulary (uncased English)
@@ -118,231 +132,55 @@ class BertConfig:
     num_labels: int = 2  # outputs of BertForSequenceClassification (1 = regression)
     classifier_dropout: float | None = None  # dropout before the classifier (None: hidden_dropout_prob)
 
-    # RoBERTa-style position ids (set by RobertaConfig); not a field
-    _roberta_positions: ClassVar[bool] = False
-
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"hidden_size (d_model)={self.hidden_size} must be divisible by "
                 f"num_attention_heads (n_heads)={self.num_attention_heads}"
             )
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+                 "type_vocab_size")
+        for name in sizes:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id={self.pad_token_id} must lie in [0, vocab_size={self.vocab_size})")
         get_activation(self.hidden_act)
 
-    # course names -----------------------------------------------------------------------
-    @property
-    def d_model(self) -> int:
-        return self.hidden_size
 
-    @property
-    def n_heads(self) -> int:
-        return self.num_attention_heads
+def check_inputs(
+    config: BertConfig,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    token_type_ids: Tensor | None = None,
+    position_ids: Tensor | None = None,
+) -> None:
+    """Every check on BERT's inputs, in one place: shapes, and ids inside their tables.
 
-    @property
-    def d_head(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def n_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def d_ff(self) -> int:
-        return self.intermediate_size
-
-    @property
-    def max_len(self) -> int:
-        """Longest input the model accepts (RoBERTa subtracts its reserved positions)."""
-        return self.max_position_embeddings
-
-    @property
-    def pad_id(self) -> int:
-        return self.pad_token_id
-
-    @classmethod
-    def from_course(
-        cls,
-        *,
-        vocab_size: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        max_len: int = 512,
-        pad_id: int = 0,
-        dropout: float = 0.1,
-        **kwargs: Any,
-    ):
-        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
-        return cls(
-            vocab_size=vocab_size,
-            hidden_size=d_model,
-            num_attention_heads=n_heads,
-            num_hidden_layers=n_layers,
-            intermediate_size=4 * d_model if d_ff is None else d_ff,
-            max_position_embeddings=max_len,
-            pad_token_id=pad_id,
-            hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout,
-            **kwargs,
-        )
-
-    @classmethod
-    def from_hf(cls, hf_config: Any):
-        """The same configuration as a ``transformers`` config (object or ``config.json`` dict).
-
-        Raises ``ValueError`` for options this implementation does not have (decoder mode,
-        cross-attention, relative position embeddings, an unknown activation).
-        """
-        d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
-        model_type = d.get("model_type")
-        is_roberta = model_type is not None and "roberta" in model_type
-        if model_type is not None and is_roberta != cls._roberta_positions:
-            other = "RobertaConfig / Roberta*.from_hf" if is_roberta else "BertConfig / Bert*.from_hf"
-            raise ValueError(f"a {model_type!r} config numbers positions differently: use {other}")
-        if d.get("is_decoder") or d.get("add_cross_attention"):
-            raise ValueError("course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported")
-        pos = d.get("position_embedding_type", "absolute")
-        if pos not in (None, "absolute"):
-            raise ValueError(f"position_embedding_type={pos!r} is not supported (only 'absolute')")
-        act = d.get("hidden_act", "gelu")
-        if not isinstance(act, str) or act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act={act!r} is not supported; choose one of {sorted(ACTIVATIONS)}")
-        names = {f.name for f in fields(cls)}
-        kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
-        if "pad_token_id" not in kwargs:
-            kwargs["pad_token_id"] = 0
-        if "id2label" in d and d["id2label"]:
-            kwargs["num_labels"] = len(d["id2label"])
-        if "classifier_dropout" in d:
-            kwargs["classifier_dropout"] = d["classifier_dropout"]
-        return cls(**kwargs)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# ---------------------------------------------------------------------------------------
-# Outputs: dataclasses with Hugging Face field names
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class ModelOutput:
-    """Base of the output records: fields by name (``out.logits``, ``out["logits"]``) or by
-    position over the fields that are set (``out[0]``, ``hidden, pooled = out``), as with
-    Hugging Face outputs (whose iteration yields keys; ours yields values)."""
-
-    def to_tuple(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
-
-    def keys(self) -> list[str]:
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
-
-    def __getitem__(self, key: str | int | slice):
-        if isinstance(key, str):
-            if key not in {f.name for f in fields(self)}:
-                raise KeyError(key)
-            return getattr(self, key)
-        return self.to_tuple()[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self.to_tuple())
-
-    def __len__(self) -> int:
-        return len(self.to_tuple())
-
-
-@dataclass
-class BertModelOutput(ModelOutput):
-    last_hidden_state: Tensor  # [batch, seq_len, d_model]
-    pooler_output: Tensor | None = None  # [batch, d_model]: tanh(W h_[CLS] + b)
-    hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer, with output_hidden_states
-    attentions: tuple[Tensor, ...] | None = None  # per layer [batch, heads, seq, seq], with output_attentions
-
-
-@dataclass
-class BertForPreTrainingOutput(ModelOutput):
-    loss: Tensor | None = None  # MLM + NSP (each when its labels are given)
-    prediction_logits: Tensor | None = None  # [batch, seq_len, vocab_size]
-    seq_relationship_logits: Tensor | None = None  # [batch, 2]: 0 = B follows A, 1 = B is random
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
-    mlm_loss: Tensor | None = None  # the two parts of the loss, for logging
-    nsp_loss: Tensor | None = None
-
-
-@dataclass
-class MaskedLMOutput(ModelOutput):
-    loss: Tensor | None = None
-    logits: Tensor | None = None  # [batch, seq_len, vocab_size]
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
-
-
-@dataclass
-class SequenceClassifierOutput(ModelOutput):
-    loss: Tensor | None = None
-    logits: Tensor | None = None  # [batch, num_labels]
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
-
-
-@dataclass
-class TokenClassifierOutput(ModelOutput):
-    loss: Tensor | None = None
-    logits: Tensor | None = None  # [batch, seq_len, num_labels]
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Tensor, ...] | None = None
-
-
-# ---------------------------------------------------------------------------------------
-# Losses
-# ---------------------------------------------------------------------------------------
-
-
-def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
-    """Mean cross-entropy over positions whose label is not ``-100``.
-
-    The same as ``F.cross_entropy(..., ignore_index=-100)``, except that a batch with no
-    masked position gives 0 (not NaN).
+    An out-of-range id would otherwise be an IndexError on CPU and a device-side assert on
+    a GPU. The length limit of default positions is checked where they are numbered
+    (:meth:`BertEmbeddings.default_position_ids`).
     """
-    if labels.shape != logits.shape[:-1]:
-        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match logits {tuple(logits.shape)[:-1]}")
-    labels = labels.reshape(-1)
-    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
-    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
-
-
-def mlm_logits_and_loss(head: nn.Module, hidden: Tensor, labels: Tensor | None, *, masked_only: bool) -> tuple[Tensor, Tensor | None]:
-    """Run the MLM head and, with ``labels``, the loss.
-
-    ``masked_only=True`` (needs ``labels``) runs the head only where a label is set: the
-    logits are then ``[n_masked, vocab_size]`` in row-major order of the masked positions,
-    and the vocabulary projection, the biggest matrix product of a small BERT, shrinks
-    about 1 / 0.15 times. The loss is the same either way.
-    """
-    if not masked_only:
-        logits = head(hidden)
-        return logits, (masked_lm_loss(logits, labels) if labels is not None else None)
-    if labels is None:
-        raise ValueError("masked_only=True needs labels (it keeps the positions whose label is not -100)")
-    if labels.shape != hidden.shape[:-1]:
-        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match the input {tuple(hidden.shape)[:-1]}")
-    chosen = labels != IGNORE_INDEX
-    logits = head(hidden[chosen])
-    return logits, masked_lm_loss(logits, labels[chosen])
-
-
-def _classification_loss(logits: Tensor, labels: Tensor, num_labels: int) -> Tensor:
-    if num_labels == 1:  # regression (e.g. STS-B)
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-    return F.cross_entropy(logits.float(), labels.view(-1))
+    c = config
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+    for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+        if t is not None and t.shape != input_ids.shape:
+            extra = " (1 = real token, 0 = padding)" if name == "attention_mask" else ""
+            raise ValueError(
+                f"{name} must have the shape of input_ids {tuple(input_ids.shape)}{extra}, got {tuple(t.shape)}"
+            )
+    limits = [("input_ids", input_ids, "vocab_size", c.vocab_size)]
+    if token_type_ids is not None:
+        limits.append(("token_type_ids", token_type_ids, "type_vocab_size", c.type_vocab_size))
+    if position_ids is not None:
+        limits.append(("position ids", position_ids, "max_position_embeddings", c.max_position_embeddings))
+    # one host sync for every range check
+    hi = torch.stack([t.max() for _, t, _, _ in limits]).tolist()
+    lo = torch.stack([t.min() for _, t, _, _ in limits]).tolist()
+    for (name, _, table, size), top, bottom in zip(limits, hi, lo):
+        if top >= size or bottom < 0:
+            raise ValueError(f"{name} must lie in [0, {table}={size}), got values in [{bottom}, {top}]")
 
 
 # ---------------------------------------------------------------------------------------
@@ -373,23 +211,10 @@ class BertEmbeddings(nn.Module):
         return torch.arange(input_ids.size(1), device=input_ids.device)[None, :]
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, position_ids: Tensor | None = None) -> Tensor:
-        c = self.config
         if position_ids is None:
             position_ids = self.default_position_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        # one host sync for three range checks: an out-of-range id would otherwise be an
-        # IndexError on CPU and a device-side assert on a GPU
-        hi = torch.stack([input_ids.max(), token_type_ids.max(), position_ids.max()]).tolist()
-        lo = torch.stack([input_ids.min(), token_type_ids.min(), position_ids.min()]).tolist()
-        if hi[0] >= c.vocab_size or lo[0] < 0:
-            raise ValueError(f"input_ids must lie in [0, vocab_size={c.vocab_size}), got values in [{lo[0]}, {hi[0]}]")
-        if hi[1] >= c.type_vocab_size or lo[1] < 0:
-            raise ValueError(f"token_type_ids must lie in [0, type_vocab_size={c.type_vocab_size}), got values in [{lo[1]}, {hi[1]}]")
-        if hi[2] >= c.max_position_embeddings or lo[2] < 0:
-            raise ValueError(
-                f"position ids must lie in [0, max_position_embeddings={c.max_position_embeddings}), got values in [{lo[2]}, {hi[2]}]"
-            )
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
         return self.dropout(self.norm(x))
 
@@ -469,7 +294,7 @@ class BertMLMHead(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------
-# Weight initialisation and Hugging Face interop (shared by every model below)
+# The model: embeddings, encoder, pooler; then the task models
 # ---------------------------------------------------------------------------------------
 
 
@@ -492,83 +317,6 @@ def _init_bert_weights(module: nn.Module, std: float) -> None:
             nn.init.zeros_(m.bias)
 
 
-def _linear(ours: str, theirs: str) -> dict[str, str]:
-    return {f"{ours}.weight": f"{theirs}.weight", f"{ours}.bias": f"{theirs}.bias"}
-
-
-def _body_names(config: BertConfig, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
-    """Our parameter name -> Hugging Face's, for the embeddings, the encoder and the pooler."""
-    o, t = (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
-    names = {
-        f"{o}embeddings.word_embeddings.weight": f"{t}embeddings.word_embeddings.weight",
-        f"{o}embeddings.position_embeddings.weight": f"{t}embeddings.position_embeddings.weight",
-        f"{o}embeddings.token_type_embeddings.weight": f"{t}embeddings.token_type_embeddings.weight",
-        **_linear(f"{o}embeddings.norm", f"{t}embeddings.LayerNorm"),
-    }
-    for i in range(config.num_hidden_layers):
-        me, hf = f"{o}encoder.layers.{i}", f"{t}encoder.layer.{i}"
-        names.update(_linear(f"{me}.attention.w_q", f"{hf}.attention.self.query"))
-        names.update(_linear(f"{me}.attention.w_k", f"{hf}.attention.self.key"))
-        names.update(_linear(f"{me}.attention.w_v", f"{hf}.attention.self.value"))
-        names.update(_linear(f"{me}.attention.w_o", f"{hf}.attention.output.dense"))
-        names.update(_linear(f"{me}.attention_norm", f"{hf}.attention.output.LayerNorm"))
-        names.update(_linear(f"{me}.ffn.linear1", f"{hf}.intermediate.dense"))
-        names.update(_linear(f"{me}.ffn.linear2", f"{hf}.output.dense"))
-        names.update(_linear(f"{me}.ffn_norm", f"{hf}.output.LayerNorm"))
-    if pooler:
-        names.update(_linear(f"{o}pooler.dense", f"{t}pooler.dense"))
-    return names
-
-
-# Hugging Face keys that carry no information of their own: buffers, and the decoder's bias
-# (tied to the head's ``bias``).
-_IGNORABLE_SUFFIXES = ("position_ids", "token_type_ids", "predictions.decoder.bias", "lm_head.decoder.bias")
-
-
-@torch.no_grad()
-def load_hf_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], names: Mapping[str, str]) -> None:
-    """Copy ``state_dict`` (Hugging Face names) into ``model`` through ``names`` (ours -> theirs).
-
-    Every parameter of ``model`` must be found (a tied decoder may fall back to the word
-    embeddings) with the same shape, and every Hugging Face tensor must be used (apart from
-    buffers and tied copies); otherwise a ``ValueError`` lists what did not match.
-    """
-    own = dict(model.named_parameters(remove_duplicate=False))
-    missing, bad_shape, used = [], [], set()
-    for ours, param in own.items():
-        theirs = names.get(ours)
-        if theirs is None:
-            missing.append(f"{ours} (no mapping)")
-            continue
-        src = state_dict.get(theirs)
-        if src is None:
-            missing.append(f"{ours} <- {theirs}")
-            continue
-        if tuple(src.shape) != tuple(param.shape):
-            bad_shape.append(f"{ours} {tuple(param.shape)} <- {theirs} {tuple(src.shape)}")
-            continue
-        param.copy_(src.to(dtype=param.dtype, device=param.device))
-        used.add(theirs)
-    unexpected = [k for k in state_dict if k not in used and not k.endswith(_IGNORABLE_SUFFIXES)]
-    # a tied copy (e.g. the MLM decoder's weight = the word embeddings) is not "unused"
-    used_tensors = [state_dict[k] for k in used]
-    unexpected = [
-        k for k in unexpected
-        if not any(u.shape == state_dict[k].shape and (u.data_ptr() == state_dict[k].data_ptr() or torch.equal(u, state_dict[k])) for u in used_tensors)
-    ]
-    if missing or bad_shape or unexpected:
-        raise ValueError(
-            "the Hugging Face weights do not match this model:"
-            + (f"\n  missing: {missing}" if missing else "")
-            + (f"\n  shape mismatch: {bad_shape}" if bad_shape else "")
-            + (f"\n  unused: {unexpected}" if unexpected else "")
-        )
-
-
-def _hf_state_dict(hf_model: nn.Module) -> dict[str, Tensor]:
-    return dict(hf_model.state_dict())
-
-
 def _count_parameters(model: nn.Module, *, exclude_embeddings: bool = False) -> int:
     skip = set()
     if exclude_embeddings:
@@ -582,12 +330,7 @@ def _count_parameters(model: nn.Module, *, exclude_embeddings: bool = False) -> 
     return total
 
 
-# ---------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------
-
-
-class BertModel(nn.Module):
+class BertModel(HFBody, nn.Module):
     """Embeddings, the encoder stack and (optionally) the pooler.
 
     ``forward(input_ids, attention_mask=None, token_type_ids=None, position_ids=None, *,
@@ -615,14 +358,7 @@ class BertModel(nn.Module):
 
     def attention_mask_to_mask(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor | None:
         """HF's ``[batch, seq]`` 1/0 mask -> the course's boolean ``[batch, 1, 1, seq]`` (None when all ones)."""
-        if attention_mask is None:
-            return None
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} "
-                f"(1 = real token, 0 = padding), got {tuple(attention_mask.shape)}"
-            )
-        if bool(attention_mask.all()):
+        if attention_mask is None or bool(attention_mask.all()):
             return None  # nothing to hide: let SDPA run unmasked
         return padding_mask(attention_mask)
 
@@ -636,10 +372,7 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BertModelOutput:
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
-        if token_type_ids is not None and token_type_ids.shape != input_ids.shape:
-            raise ValueError(f"token_type_ids must have the shape of input_ids {tuple(input_ids.shape)}, got {tuple(token_type_ids.shape)}")
+        check_inputs(self.config, input_ids, attention_mask, token_type_ids, position_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask = self.attention_mask_to_mask(input_ids, attention_mask)
         h, hidden, weights = self.encoder(x, mask, return_weights=output_attentions, return_hidden=output_hidden_states)
@@ -653,40 +386,6 @@ class BertModel(nn.Module):
     def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
         """Number of distinct parameters (tied ones counted once)."""
         return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
-    # interop ----------------------------------------------------------------------------
-    def hf_names(self, prefix: str = "") -> dict[str, str]:
-        """Our parameter names -> the Hugging Face ``BertModel`` names (with ``prefix``, e.g. ``"bert"``)."""
-        return _body_names(self.config, "", prefix, pooler=self.pooler is not None)
-
-    @classmethod
-    def from_hf_state_dict(cls, state_dict: Mapping[str, Tensor], config: BertConfig, *, add_pooling_layer: bool | None = None):
-        """Build from a Hugging Face ``BertModel`` state dict (keys with or without a ``bert.`` prefix)."""
-        prefix = ""
-        first = next(iter(k for k in state_dict if k.endswith("embeddings.word_embeddings.weight")), None)
-        if first is None:
-            raise ValueError("no embeddings.word_embeddings.weight in the state dict: not a BERT checkpoint")
-        prefix = first[: -len("embeddings.word_embeddings.weight")].rstrip(".")
-        p = f"{prefix}." if prefix else ""
-        sd = {k: v for k, v in state_dict.items() if k.startswith(p)}
-        if add_pooling_layer is None:
-            add_pooling_layer = f"{p}pooler.dense.weight" in sd
-        model = cls(config, add_pooling_layer=add_pooling_layer)
-        load_hf_state_dict(model, sd, model.hf_names(prefix))
-        return model.eval()
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """The same configuration and weights as a ``transformers`` model.
-
-        Accepts the bare model (``BertModel``) or any model with a base model inside
-        (``BertForMaskedLM`` etc.): the encoder (and pooler, if it has one) is copied.
-        Returned in eval mode.
-        """
-        config = cls.config_class.from_hf(hf_model.config)
-        base = getattr(hf_model, "base_model", hf_model)
-        sd = _hf_state_dict(base)
-        return cls.from_hf_state_dict(sd, config, add_pooling_layer=getattr(base, "pooler", None) is not None)
 
 
 def body_of(model: nn.Module, attrs: tuple[str, ...] = ("bert", "roberta")) -> BertModel:
@@ -702,13 +401,13 @@ def body_of(model: nn.Module, attrs: tuple[str, ...] = ("bert", "roberta")) -> B
     raise TypeError(f"expected a BertModel or a model with a {names} body, got {type(model).__name__}")
 
 
-class _BertWithHeads(nn.Module):
+class _BertWithHeads(HFWithHeads, nn.Module):
     """A BERT body with task heads: what every pretraining and fine-tuning model shares.
 
     A subclass names its body attribute (``base_attr``: ``bert`` / ``roberta``, also the
     Hugging Face prefix), the body's class and configuration class, whether the body keeps
     its pooler, and its heads (:meth:`build_heads`, initialised here in the order given) with
-    their Hugging Face names (:meth:`head_hf_names`).
+    their Hugging Face names (``hf_heads``, tables in :mod:`course_lib.models.hf`).
     """
 
     config: BertConfig
@@ -761,33 +460,12 @@ class _BertWithHeads(nn.Module):
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
         )
 
-    def head_hf_names(self) -> dict[str, str]:
-        return {}
-
-    def hf_names(self) -> dict[str, str]:
-        """Our parameter names -> the Hugging Face names (body and heads)."""
-        names = _body_names(self.config, self.base_attr, self.base_attr, pooler=self.add_pooling_layer)
-        names.update(self.head_hf_names())
-        return names
-
-    @classmethod
-    def from_hf(cls, hf_model: nn.Module):
-        """Copy the ``transformers`` model of the same name (configuration and weights); eval mode."""
-        model = cls(cls.config_class.from_hf(hf_model.config))
-        load_hf_state_dict(model, _hf_state_dict(hf_model), model.hf_names())
-        return model.eval()
-
 
 class _WithMLMHead(_BertWithHeads):
     """The models with a masked-LM head (tied to the input embeddings when the config says so)."""
 
     head_activation: str | None = None  # None: the config's hidden_act
-    hf_head = {
-        "dense": "cls.predictions.transform.dense",
-        "norm": "cls.predictions.transform.LayerNorm",
-        "bias": "cls.predictions.bias",
-        "decoder": "cls.predictions.decoder.weight",
-    }
+    hf_heads = HEADS_BERT_MLM
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
         return {"mlm_head": BertMLMHead(config, activation=self.head_activation)}
@@ -804,14 +482,6 @@ class _WithMLMHead(_BertWithHeads):
         logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
         return out, logits, loss
 
-    def head_hf_names(self) -> dict[str, str]:
-        h = self.hf_head
-        names = {**_linear("mlm_head.dense", h["dense"]), **_linear("mlm_head.norm", h["norm"]), "mlm_head.bias": h["bias"]}
-        names["mlm_head.decoder.weight"] = (
-            f"{self.base_attr}.embeddings.word_embeddings.weight" if self.config.tie_word_embeddings else h["decoder"]
-        )
-        return names
-
 
 class BertForPreTraining(_WithMLMHead):
     """BERT with both pre-training heads: masked-LM and next-sentence prediction.
@@ -823,6 +493,7 @@ class BertForPreTraining(_WithMLMHead):
     """
 
     add_pooling_layer = True
+    hf_heads = HEADS_BERT_PRETRAINING
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
         return {**super().build_heads(config), "nsp_head": nn.Linear(config.hidden_size, 2)}
@@ -856,9 +527,6 @@ class BertForPreTraining(_WithMLMHead):
             nsp_loss=nsp,
         )
 
-    def head_hf_names(self) -> dict[str, str]:
-        return {**super().head_hf_names(), **_linear("nsp_head", "cls.seq_relationship")}
-
 
 class BertForMaskedLM(_WithMLMHead):
     """BERT (no pooler) with the masked-LM head; ``logits`` are ``[batch, seq_len, vocab_size]``."""
@@ -885,18 +553,15 @@ class _BertClassifier(_BertWithHeads):
     """Dropout (``classifier_dropout``, else ``hidden_dropout_prob``) and a linear layer to
     ``num_labels``, named as in Hugging Face (``classifier``)."""
 
+    hf_heads = HEADS_CLASSIFIER
+
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
         p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
         return {"dropout": nn.Dropout(p), "classifier": nn.Linear(config.hidden_size, config.num_labels)}
 
-    def head_hf_names(self) -> dict[str, str]:
-        return _linear("classifier", "classifier")
-
     @classmethod
     def from_pretrained_body(cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None):
         """A classifier whose encoder starts from ``body``'s weights (the fine-tuning recipe)."""
-        from dataclasses import replace
-
         model = cls(replace(body.config, num_labels=num_labels, classifier_dropout=classifier_dropout))
         model.load_body(body)
         return model.to(body.device)
@@ -932,7 +597,6 @@ class BertForSequenceClassification(_BertClassifier):
         )
 
 
-
 class BertForTokenClassification(_BertClassifier):
     """BERT (no pooler) + dropout + a linear classifier on every token's last vector: the
     fine-tuning recipe for tagging (the paper's NER set-up, figure 4d).
@@ -960,3 +624,47 @@ class BertForTokenClassification(_BertClassifier):
                 raise ValueError(f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits.float().reshape(-1, self.config.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+# ---------------------------------------------------------------------------------------
+# Losses (the task models' forward passes compute them when given labels)
+# ---------------------------------------------------------------------------------------
+
+
+def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy over positions whose label is not ``-100``.
+
+    The same as ``F.cross_entropy(..., ignore_index=-100)``, except that a batch with no
+    masked position gives 0 (not NaN).
+    """
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match logits {tuple(logits.shape)[:-1]}")
+    labels = labels.reshape(-1)
+    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def mlm_logits_and_loss(head: nn.Module, hidden: Tensor, labels: Tensor | None, *, masked_only: bool) -> tuple[Tensor, Tensor | None]:
+    """Run the MLM head and, with ``labels``, the loss.
+
+    ``masked_only=True`` (needs ``labels``) runs the head only where a label is set: the
+    logits are then ``[n_masked, vocab_size]`` in row-major order of the masked positions,
+    and the vocabulary projection, the biggest matrix product of a small BERT, shrinks
+    about 1 / 0.15 times. The loss is the same either way.
+    """
+    if not masked_only:
+        logits = head(hidden)
+        return logits, (masked_lm_loss(logits, labels) if labels is not None else None)
+    if labels is None:
+        raise ValueError("masked_only=True needs labels (it keeps the positions whose label is not -100)")
+    if labels.shape != hidden.shape[:-1]:
+        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match the input {tuple(hidden.shape)[:-1]}")
+    chosen = labels != IGNORE_INDEX
+    logits = head(hidden[chosen])
+    return logits, masked_lm_loss(logits, labels[chosen])
+
+
+def _classification_loss(logits: Tensor, labels: Tensor, num_labels: int) -> Tensor:
+    if num_labels == 1:  # regression (e.g. STS-B)
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+    return F.cross_entropy(logits.float(), labels.view(-1))

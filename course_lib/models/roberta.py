@@ -39,16 +39,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .bert import (
-    BertConfig,
-    BertEmbeddings,
-    BertForMaskedLM,
-    BertModel,
-    SequenceClassifierOutput,
-    _BertWithHeads,
-    _classification_loss,
-    _linear,
-)
+from .bert import BertConfig, BertEmbeddings, BertForMaskedLM, BertModel, _BertWithHeads, _classification_loss
+from .hf import HEADS_ROBERTA_CLASSIFIER, HEADS_ROBERTA_MLM, SequenceClassifierOutput
 
 __all__ = [
     "RobertaConfig",
@@ -139,7 +131,7 @@ class RobertaForMaskedLM(BertForMaskedLM):
     model_class = RobertaModel
     base_attr = "roberta"
     head_activation = "gelu"
-    hf_head = {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias", "decoder": "lm_head.decoder.weight"}
+    hf_heads = HEADS_ROBERTA_MLM
 
 
 class RobertaForSequenceClassification(_BertWithHeads):
@@ -148,6 +140,7 @@ class RobertaForSequenceClassification(_BertWithHeads):
     config_class = RobertaConfig
     model_class = RobertaModel
     base_attr = "roberta"
+    hf_heads = HEADS_ROBERTA_CLASSIFIER
 
     def build_heads(self, config: RobertaConfig) -> dict[str, nn.Module]:
         p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
@@ -156,9 +149,6 @@ class RobertaForSequenceClassification(_BertWithHeads):
             "dense": nn.Linear(config.hidden_size, config.hidden_size),
             "out_proj": nn.Linear(config.hidden_size, config.num_labels),
         }
-
-    def head_hf_names(self) -> dict[str, str]:
-        return {**_linear("dense", "classifier.dense"), **_linear("out_proj", "classifier.out_proj")}
 
     def forward(
         self,

@@ -274,8 +274,7 @@ def pretraining_step(model: nn.Module, batch: Mapping[str, Tensor]) -> tuple[Ten
 
 def mlm_logits(model: nn.Module, **inputs: Tensor) -> Tensor:
     """``[batch, seq, vocab]`` masked-LM logits of a ``BertForPreTraining`` or ``*ForMaskedLM`` model."""
-    out = model(**inputs)
-    return out.prediction_logits if hasattr(out, "prediction_logits") and out.prediction_logits is not None else out.logits
+    return model(**inputs).mlm_logits
 
 
 @torch.no_grad()
@@ -319,7 +318,7 @@ def evaluate_mlm(
         batch = {k: v.to(device) for k, v in trim_padding(batch).items()}
         kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
         out = model(batch["input_ids"], **kwargs)
-        logits = out.prediction_logits if has_nsp or hasattr(out, "prediction_logits") else out.logits
+        logits = out.mlm_logits
         chosen = batch["labels"] != IGNORE_INDEX
         lg, lb, act = logits[chosen].float(), batch["labels"][chosen], batch["actions"][chosen]
         loss_sum += F.cross_entropy(lg, lb, reduction="sum").item()
@@ -683,7 +682,7 @@ def classification_accuracy(model: nn.Module, tokenizer, items: Sequence[tuple[s
     """Share of ``(text, label)`` items the classifier gets right."""
     texts, labels = _split_labelled(items, "items")
     device = model_device(model)
-    max_len = max_len or model.config.max_position_embeddings
+    max_len = max_len or model.config.max_len
     was_training = model.training
     model.eval()
     correct = 0
@@ -796,7 +795,7 @@ def finetune_classifier(
     if int(labels.min()) < 0 or int(labels.max()) >= num_labels:
         raise ValueError(f"labels must lie in [0, num_labels={num_labels}), got values in [{int(labels.min())}, {int(labels.max())}]")
     model, body = _start_model(start, BertForSequenceClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout)
-    enc = classification_inputs(tokenizer, texts, max_len=model.config.max_position_embeddings)
+    enc = classification_inputs(tokenizer, texts, max_len=model.config.max_len)
     enc["labels"] = labels
 
     def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
@@ -879,7 +878,7 @@ def tagging_accuracy(
     model.eval()
     right, total, right_new, total_new = 0, 0, 0, 0
     for i in range(0, len(words), batch_size):
-        enc = tagging_inputs(tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_position_embeddings)
+        enc = tagging_inputs(tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_len)
         logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device), enc["token_type_ids"].to(device)).logits
         labelled = enc["labels"] != IGNORE_INDEX
         hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
@@ -931,7 +930,7 @@ def finetune_tagger(
     if min(flat) < 0 or max(flat) >= num_labels:
         raise ValueError(f"tags must lie in [0, num_labels={num_labels}), got values in [{min(flat)}, {max(flat)}]")
     model, body = _start_model(start, BertForTokenClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout)
-    enc = tagging_inputs(tokenizer, words, tags, max_len=model.config.max_position_embeddings)
+    enc = tagging_inputs(tokenizer, words, tags, max_len=model.config.max_len)
     del enc["word_index"]
     known = {w.lower() for ws in words for w in ws}
 

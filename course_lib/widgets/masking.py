@@ -207,7 +207,7 @@ class MaskingWidget:
             self.model.eval()
             out = self.model(masked[None].to(device), attention_mask=torch.ones_like(masked)[None].to(device))
             self.model.train(was_training)
-            logits = out.prediction_logits if getattr(out, "prediction_logits", None) is not None else out.logits
+            logits = out.mlm_logits
             probs = torch.softmax(logits[0, chosen].float(), -1).cpu()
             top = probs.topk(min(self.k, probs.size(-1)), dim=-1)
             for pos, vals, idx in zip(chosen, top.values, top.indices):

@@ -1,0 +1,433 @@
+r"""Hugging Face interop of the BERT family, in one place.
+
+The model files (:mod:`~course_lib.models.bert`, :mod:`~course_lib.models.roberta`) hold the
+papers' networks; everything that exists only so that they meet ``transformers`` lives here:
+
+* **configuration**: the config dataclasses use Hugging Face's field names; :class:`HFConfig`
+  adds the course's names as read-only aliases (``d_model = hidden_size``, ...),
+  :meth:`HFConfig.from_course` and :meth:`HFConfig.from_hf` (a ``transformers`` config or a
+  ``config.json`` dict, with the options we do not implement refused);
+* **output records** with Hugging Face's field names (``last_hidden_state``,
+  ``prediction_logits``, ``logits``, ...), indexable like theirs, and ONE accessor for the
+  masked-LM logits of any masked-LM model: ``out.mlm_logits``;
+* **name maps**: our parameter names -> theirs (:func:`bert_body_names` for the body, a
+  table of head names per task model, ``HEADS_*`` below);
+* **checked loading**: :func:`load_hf_state_dict` copies a state dict through a name map
+  and fails on any missing, unused or mis-shaped tensor; :class:`HFBody` and
+  :class:`HFWithHeads` give the models their ``from_hf`` methods.
+
+Nothing here imports a model module: the models import this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..nn.feedforward import ACTIVATIONS
+
+__all__ = [
+    "HFConfig",
+    "ModelOutput",
+    "BertModelOutput",
+    "BertForPreTrainingOutput",
+    "MaskedLMOutput",
+    "SequenceClassifierOutput",
+    "TokenClassifierOutput",
+    "linear_names",
+    "bert_body_names",
+    "load_hf_state_dict",
+    "HFBody",
+    "HFWithHeads",
+    "HEADS_BERT_MLM",
+    "HEADS_BERT_PRETRAINING",
+    "HEADS_CLASSIFIER",
+    "HEADS_ROBERTA_MLM",
+    "HEADS_ROBERTA_CLASSIFIER",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration: the course's names, and translation from a transformers config
+# ---------------------------------------------------------------------------------------
+
+
+class HFConfig:
+    """Mixin of the BERT-family config dataclasses (whose fields carry Hugging Face's names).
+
+    The course's names are read-only aliases: ``d_model = hidden_size``, ``n_heads =
+    num_attention_heads``, ``n_layers = num_hidden_layers``, ``d_ff = intermediate_size``,
+    ``max_len`` (the longest input), ``pad_id = pad_token_id``.
+    """
+
+    # RoBERTa-style position ids (set by RobertaConfig); not a field
+    _roberta_positions: ClassVar[bool] = False
+
+    @property
+    def d_model(self) -> int:
+        return self.hidden_size
+
+    @property
+    def n_heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def n_layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def d_ff(self) -> int:
+        return self.intermediate_size
+
+    @property
+    def max_len(self) -> int:
+        """Longest input the model accepts (RoBERTa subtracts its reserved positions)."""
+        return self.max_position_embeddings
+
+    @property
+    def pad_id(self) -> int:
+        return self.pad_token_id
+
+    @classmethod
+    def from_course(
+        cls,
+        *,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        max_len: int = 512,
+        pad_id: int = 0,
+        dropout: float = 0.1,
+        **kwargs: Any,
+    ):
+        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
+        return cls(
+            vocab_size=vocab_size,
+            hidden_size=d_model,
+            num_attention_heads=n_heads,
+            num_hidden_layers=n_layers,
+            intermediate_size=4 * d_model if d_ff is None else d_ff,
+            max_position_embeddings=max_len,
+            pad_token_id=pad_id,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_hf(cls, hf_config: Any):
+        """The same configuration as a ``transformers`` config (object or ``config.json`` dict).
+
+        Raises ``ValueError`` for options this implementation does not have (decoder mode,
+        cross-attention, relative position embeddings, an unknown activation).
+        """
+        d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
+        model_type = d.get("model_type")
+        is_roberta = model_type is not None and "roberta" in model_type
+        if model_type is not None and is_roberta != cls._roberta_positions:
+            other = "RobertaConfig / Roberta*.from_hf" if is_roberta else "BertConfig / Bert*.from_hf"
+            raise ValueError(f"a {model_type!r} config numbers positions differently: use {other}")
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise ValueError("course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported")
+        pos = d.get("position_embedding_type", "absolute")
+        if pos not in (None, "absolute"):
+            raise ValueError(f"position_embedding_type={pos!r} is not supported (only 'absolute')")
+        act = d.get("hidden_act", "gelu")
+        if not isinstance(act, str) or act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={act!r} is not supported; choose one of {sorted(ACTIVATIONS)}")
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
+        if "pad_token_id" not in kwargs:
+            kwargs["pad_token_id"] = 0
+        if "id2label" in d and d["id2label"]:
+            kwargs["num_labels"] = len(d["id2label"])
+        if "classifier_dropout" in d:
+            kwargs["classifier_dropout"] = d["classifier_dropout"]
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------
+# Outputs: dataclasses with Hugging Face field names
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelOutput:
+    """Base of the output records: fields by name (``out.logits``, ``out["logits"]``) or by
+    position over the fields that are set (``out[0]``, ``hidden, pooled = out``), as with
+    Hugging Face outputs (whose iteration yields keys; ours yields values)."""
+
+    def to_tuple(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+    def __getitem__(self, key: str | int | slice):
+        if isinstance(key, str):
+            if key not in {f.name for f in fields(self)}:
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.to_tuple())
+
+    def __len__(self) -> int:
+        return len(self.to_tuple())
+
+
+@dataclass
+class BertModelOutput(ModelOutput):
+    last_hidden_state: Tensor  # [batch, seq_len, d_model]
+    pooler_output: Tensor | None = None  # [batch, d_model]: tanh(W h_[CLS] + b)
+    hidden_states: tuple[Tensor, ...] | None = None  # embeddings + every layer, with output_hidden_states
+    attentions: tuple[Tensor, ...] | None = None  # per layer [batch, heads, seq, seq], with output_attentions
+
+
+@dataclass
+class BertForPreTrainingOutput(ModelOutput):
+    loss: Tensor | None = None  # MLM + NSP (each when its labels are given)
+    prediction_logits: Tensor | None = None  # [batch, seq_len, vocab_size]
+    seq_relationship_logits: Tensor | None = None  # [batch, 2]: 0 = B follows A, 1 = B is random
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    mlm_loss: Tensor | None = None  # the two parts of the loss, for logging
+    nsp_loss: Tensor | None = None
+
+    @property
+    def mlm_logits(self) -> Tensor | None:
+        """The masked-LM logits (``prediction_logits``): the same accessor as :class:`MaskedLMOutput`'s."""
+        return self.prediction_logits
+
+
+@dataclass
+class MaskedLMOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, seq_len, vocab_size]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+    @property
+    def mlm_logits(self) -> Tensor | None:
+        """The masked-LM logits (``logits``): read them as ``out.mlm_logits`` from any masked-LM model."""
+        return self.logits
+
+
+@dataclass
+class SequenceClassifierOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, num_labels]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class TokenClassifierOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, seq_len, num_labels]
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Name maps: our parameter names -> Hugging Face's
+# ---------------------------------------------------------------------------------------
+
+
+def linear_names(ours: str, theirs: str) -> dict[str, str]:
+    """The weight and bias of one linear (or LayerNorm) layer."""
+    return {f"{ours}.weight": f"{theirs}.weight", f"{ours}.bias": f"{theirs}.bias"}
+
+
+def bert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
+    """Our parameter name -> Hugging Face's, for the embeddings, the encoder and the pooler."""
+    o, t = (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
+    names = {
+        f"{o}embeddings.word_embeddings.weight": f"{t}embeddings.word_embeddings.weight",
+        f"{o}embeddings.position_embeddings.weight": f"{t}embeddings.position_embeddings.weight",
+        f"{o}embeddings.token_type_embeddings.weight": f"{t}embeddings.token_type_embeddings.weight",
+        **linear_names(f"{o}embeddings.norm", f"{t}embeddings.LayerNorm"),
+    }
+    for i in range(config.num_hidden_layers):
+        me, hf = f"{o}encoder.layers.{i}", f"{t}encoder.layer.{i}"
+        names.update(linear_names(f"{me}.attention.w_q", f"{hf}.attention.self.query"))
+        names.update(linear_names(f"{me}.attention.w_k", f"{hf}.attention.self.key"))
+        names.update(linear_names(f"{me}.attention.w_v", f"{hf}.attention.self.value"))
+        names.update(linear_names(f"{me}.attention.w_o", f"{hf}.attention.output.dense"))
+        names.update(linear_names(f"{me}.attention_norm", f"{hf}.attention.output.LayerNorm"))
+        names.update(linear_names(f"{me}.ffn.linear1", f"{hf}.intermediate.dense"))
+        names.update(linear_names(f"{me}.ffn.linear2", f"{hf}.output.dense"))
+        names.update(linear_names(f"{me}.ffn_norm", f"{hf}.output.LayerNorm"))
+    if pooler:
+        names.update(linear_names(f"{o}pooler.dense", f"{t}pooler.dense"))
+    return names
+
+
+
+# Task heads: our module path -> Hugging Face's (a tied decoder maps to the word embeddings).
+HEADS_BERT_MLM = {
+    "mlm_head.dense": "cls.predictions.transform.dense",
+    "mlm_head.norm": "cls.predictions.transform.LayerNorm",
+    "mlm_head.bias": "cls.predictions.bias",
+    "mlm_head.decoder": "cls.predictions.decoder",
+}
+HEADS_BERT_PRETRAINING = {**HEADS_BERT_MLM, "nsp_head": "cls.seq_relationship"}
+HEADS_CLASSIFIER = {"classifier": "classifier"}
+HEADS_ROBERTA_MLM = {
+    "mlm_head.dense": "lm_head.dense",
+    "mlm_head.norm": "lm_head.layer_norm",
+    "mlm_head.bias": "lm_head.bias",
+    "mlm_head.decoder": "lm_head.decoder",
+}
+HEADS_ROBERTA_CLASSIFIER = {"dense": "classifier.dense", "out_proj": "classifier.out_proj"}
+
+
+def head_names(model: nn.Module, heads: Mapping[str, str], body: Mapping[str, str]) -> dict[str, str]:
+    """Hugging Face names of ``model``'s head parameters, given the body's names.
+
+    A parameter that *is* a body parameter (a tied MLM decoder) takes the body's name; the
+    others are renamed by the longest module path of ``heads`` that contains them.
+    """
+    params = list(model.named_parameters(remove_duplicate=False))
+    tied = {}
+    for name, p in params:
+        if name in body:
+            tied.setdefault(id(p), body[name])
+    names = {}
+    for name, p in params:
+        if name in body:
+            continue
+        if id(p) in tied:
+            names[name] = tied[id(p)]
+            continue
+        for ours in sorted(heads, key=len, reverse=True):
+            if name == ours or name.startswith(ours + "."):
+                names[name] = heads[ours] + name[len(ours):]
+                break
+    return names
+
+
+# ---------------------------------------------------------------------------------------
+# Checked loading, and the from_hf methods of the models
+# ---------------------------------------------------------------------------------------
+
+
+_IGNORABLE_SUFFIXES = ("position_ids", "token_type_ids", "predictions.decoder.bias", "lm_head.decoder.bias")
+
+
+@torch.no_grad()
+def load_hf_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], names: Mapping[str, str]) -> None:
+    """Copy ``state_dict`` (Hugging Face names) into ``model`` through ``names`` (ours -> theirs).
+
+    Every parameter of ``model`` must be found (a tied decoder may fall back to the word
+    embeddings) with the same shape, and every Hugging Face tensor must be used (apart from
+    buffers and tied copies); otherwise a ``ValueError`` lists what did not match.
+    """
+    own = dict(model.named_parameters(remove_duplicate=False))
+    missing, bad_shape, used = [], [], set()
+    for ours, param in own.items():
+        theirs = names.get(ours)
+        if theirs is None:
+            missing.append(f"{ours} (no mapping)")
+            continue
+        src = state_dict.get(theirs)
+        if src is None:
+            missing.append(f"{ours} <- {theirs}")
+            continue
+        if tuple(src.shape) != tuple(param.shape):
+            bad_shape.append(f"{ours} {tuple(param.shape)} <- {theirs} {tuple(src.shape)}")
+            continue
+        param.copy_(src.to(dtype=param.dtype, device=param.device))
+        used.add(theirs)
+    unexpected = [k for k in state_dict if k not in used and not k.endswith(_IGNORABLE_SUFFIXES)]
+    # a tied copy (e.g. the MLM decoder's weight = the word embeddings) is not "unused"
+    used_tensors = [state_dict[k] for k in used]
+    unexpected = [
+        k for k in unexpected
+        if not any(u.shape == state_dict[k].shape and (u.data_ptr() == state_dict[k].data_ptr() or torch.equal(u, state_dict[k])) for u in used_tensors)
+    ]
+    if missing or bad_shape or unexpected:
+        raise ValueError(
+            "the Hugging Face weights do not match this model:"
+            + (f"\n  missing: {missing}" if missing else "")
+            + (f"\n  shape mismatch: {bad_shape}" if bad_shape else "")
+            + (f"\n  unused: {unexpected}" if unexpected else "")
+        )
+
+
+
+class HFBody:
+    """``from_hf`` for a bare encoder (``BertModel``, ``RobertaModel``)."""
+
+    config_class: ClassVar[type]
+
+    def hf_names(self, prefix: str = "") -> dict[str, str]:
+        """Our parameter names -> the Hugging Face ``BertModel`` names (with ``prefix``, e.g. ``"bert"``)."""
+        return bert_body_names(self.config, "", prefix, pooler=self.pooler is not None)
+
+    @classmethod
+    def from_hf_state_dict(cls, state_dict: Mapping[str, Tensor], config, *, add_pooling_layer: bool | None = None):
+        """Build from a Hugging Face ``BertModel`` state dict (keys with or without a ``bert.`` prefix)."""
+        first = next(iter(k for k in state_dict if k.endswith("embeddings.word_embeddings.weight")), None)
+        if first is None:
+            raise ValueError("no embeddings.word_embeddings.weight in the state dict: not a BERT checkpoint")
+        prefix = first[: -len("embeddings.word_embeddings.weight")].rstrip(".")
+        p = f"{prefix}." if prefix else ""
+        sd = {k: v for k, v in state_dict.items() if k.startswith(p)}
+        if add_pooling_layer is None:
+            add_pooling_layer = f"{p}pooler.dense.weight" in sd
+        model = cls(config, add_pooling_layer=add_pooling_layer)
+        load_hf_state_dict(model, sd, model.hf_names(prefix))
+        return model.eval()
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """The same configuration and weights as a ``transformers`` model.
+
+        Accepts the bare model (``BertModel``) or any model with a base model inside
+        (``BertForMaskedLM`` etc.): the encoder (and pooler, if it has one) is copied.
+        Returned in eval mode.
+        """
+        config = cls.config_class.from_hf(hf_model.config)
+        base = getattr(hf_model, "base_model", hf_model)
+        sd = dict(base.state_dict())
+        return cls.from_hf_state_dict(sd, config, add_pooling_layer=getattr(base, "pooler", None) is not None)
+
+
+class HFWithHeads:
+    """``hf_names`` and ``from_hf`` for a body with task heads (``Bert*For*``, ``Roberta*For*``).
+
+    The model names its body attribute (``base_attr``, also the Hugging Face prefix), whether
+    the body keeps its pooler, and its heads' Hugging Face names (``hf_heads``).
+    """
+
+    config_class: ClassVar[type]
+    base_attr: ClassVar[str]
+    add_pooling_layer: ClassVar[bool]
+    hf_heads: ClassVar[Mapping[str, str]] = {}
+
+    def hf_names(self) -> dict[str, str]:
+        """Our parameter names -> the Hugging Face names (body and heads)."""
+        body = bert_body_names(self.config, self.base_attr, self.base_attr, pooler=self.add_pooling_layer)
+        return {**body, **head_names(self, self.hf_heads, body)}
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module):
+        """Copy the ``transformers`` model of the same name (configuration and weights); eval mode."""
+        model = cls(cls.config_class.from_hf(hf_model.config))
+        load_hf_state_dict(model, dict(hf_model.state_dict()), model.hf_names())
+        return model.eval()
