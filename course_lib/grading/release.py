@@ -41,8 +41,10 @@ names and signatures. Only the answer cells are graded: code you put in other ce
 ignored, and so are the outputs you save. Your functions may use `torch` and the Python
 standard library, not `course_lib`{forbid}. The check cells below each answer are the
 visible checks: run them to test your work (or run `pytest --nbval-lax` on this
-notebook). The grader runs them too, compares every result with the reference solution,
-and adds hidden checks on inputs you have not seen (other sizes, masks and padding)."""
+notebook). Each compares your results with the reference solution's on its inputs, as
+the grader does, so a visible check passes here exactly when it passes in the grader.
+The grader adds hidden checks on inputs you have not seen (other sizes, masks and
+padding). Don't change your functions' arguments in place: the checks see it."""
 
 
 def _function_stub(node: ast.FunctionDef, lines: list[str], message: str) -> list[str]:
