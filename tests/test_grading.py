@@ -411,6 +411,8 @@ def test_student_self_check_with_nbval_shows_failing_checks(tmp_path):
     assert m, out[-3000:]
     assert int(m.group(1)) == n_checks - 1 == 4
     assert "NotImplementedError" in out and "write scaled_dot_product_attention() here" in out
+    # item 14: a failure names the check and its exercise, not just "Cell N"
+    assert "check 'attention-basic' of exercise 'Scaled dot-product attention with masks' failed" in out, out[-3000:]
 
 
 def test_wire_round_trips_scalars_and_odd_strides():
