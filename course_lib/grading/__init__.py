@@ -75,6 +75,15 @@ notebook*, in the grader's own process:
   checks that draw inputs with ``torch.randn``/``torch.randint`` get fresh inputs for
   every submission, and the same ones when it is graded again.
 
+Arguments the student's function changes in place come back with its result and are
+changed the same way in the check's objects. A visible check gives the same verdict in
+the student's notebook: ``course release`` runs it against the reference answers, packs
+the reference's result for each call into the released cell, and
+:class:`~course_lib.grading.checks.visible_check` compares each call at home as the
+grader does (see :mod:`.expected`); a visible check with ``compare`` must therefore be
+deterministic (random inputs from a ``torch.Generator`` with a fixed seed). A check may
+be worth 0 points (a visible check for learning, its points on a hidden mirror).
+
 A check therefore needs no expected values: write it as a normal test of the function's
 behaviour on several inputs (sizes, masks, padding, error cases), with asserts that make
 sense in the student's notebook too. Each check runs on its own: define its inputs inside
