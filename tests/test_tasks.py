@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_lib.tasks import BOS, EOS, PAD, ReversalTask
+from course_lib.data.seq2seq import BOS, EOS, PAD, ReversalTask
 
 
 def test_targets_are_the_reversed_sources():
