@@ -59,14 +59,19 @@ def main() -> None:
     mask = (torch.arange(n)[None, :] < lengths[:, None]).long()
     padded = {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
-    print(f"all-MiniLM-L6-v2, batch {b} x {n} tokens, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"all-MiniLM-L6-v2, batch {b} x {n} tokens, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
     for name, batch in (("full length", full), ("padded", padded)):
         with torch.inference_mode():
             diff = (ours(**batch).last_hidden_state - hf(**batch).last_hidden_state).abs().max().item()
             t_ours, t_hf = median_times([lambda: ours(**batch), lambda: hf(**batch)], args.repeats)
-        print(f"{name:12s} course_lib {t_ours * 1000:8.1f} ms   HF sdpa {t_hf * 1000:8.1f} ms   "
-              f"ratio {t_ours / t_hf:5.2f}   (max |diff| {diff:.1e})")
+        print(
+            f"{name:12s} course_lib {t_ours * 1000:8.1f} ms   HF sdpa {t_hf * 1000:8.1f} ms   "
+            f"ratio {t_ours / t_hf:5.2f}   (max |diff| {diff:.1e})"
+        )
 
 
 if __name__ == "__main__":

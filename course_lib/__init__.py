@@ -23,7 +23,7 @@ _LAZY = {
     "ElmoConfig": "course_lib.models.elmo",
     "ElmoLanguageModel": "course_lib.models.elmo",
     "ScalarMix": "course_lib.models.elmo",
-    "words_to_char_ids": "course_lib.models.elmo",
+    "words_to_char_ids": "course_lib.data.chars",
     "BertConfig": "course_lib.models.bert",
     "BertModel": "course_lib.models.bert",
     "BertForPreTraining": "course_lib.models.bert",

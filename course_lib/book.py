@@ -193,7 +193,9 @@ def _library_changed(root: Path) -> bool:
     return old != now
 
 
-def build_book(root: Path | None = None, *, all_pages: bool = False, strict: bool = False, quiet: bool = False) -> int:
+def build_book(
+    root: Path | None = None, *, all_pages: bool = False, strict: bool = False, quiet: bool = False
+) -> int:
     """Fetch the assets and run ``jupyter-book build``; return its exit code.
 
     ``strict`` turns Sphinx warnings into errors (``-W --keep-going``).

@@ -193,7 +193,13 @@ def train_or_load(
         except Exception:  # corrupt or incompatible file: train again and overwrite it
             pass
     history = train(model)
-    meta = {"name": name, "spec": spec, "history": history.to_dict(), "torch": torch.__version__, "rng": rng_state()}
+    meta = {
+        "name": name,
+        "spec": spec,
+        "history": history.to_dict(),
+        "torch": torch.__version__,
+        "rng": rng_state(),
+    }
     if extra is not None:
         meta["extra"] = dict(extra(model))
     save_checkpoint(path, model, meta)

@@ -17,7 +17,9 @@ SUBCOMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="course", description="Tools for the pretrained-language-models course.")
+    parser = argparse.ArgumentParser(
+        prog="course", description="Tools for the pretrained-language-models course."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMAND_MODULES:

@@ -101,4 +101,5 @@ def describe_device(device: torch.device | str | None = None) -> str:
     name = device.type
     if device.type == "cuda":
         name = f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"device: {name}, precision: {precision}, torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+    threads = torch.get_num_threads()
+    return f"device: {name}, precision: {precision}, torch {torch.__version__}, {threads} CPU threads"

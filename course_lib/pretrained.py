@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .data.minilm import minilm_config, minilm_dir, minilm_tokenizer
 from .models.bert import BertConfig, BertModel
-from .mlm import collate
+from .objectives import collate
 
 __all__ = [
     "MINILM_MAX_SEQ_LENGTH",
@@ -138,7 +138,9 @@ def find_word(encoding, text: str, word: str, *, occurrence: int = 0) -> list[in
         if text[start:end].lower() == word.lower():
             matches.append(toks)
     if len(matches) <= occurrence:
-        raise ValueError(f"{word!r} occurs {len(matches)} time(s) in {text!r}; occurrence={occurrence} asked for")
+        raise ValueError(
+            f"{word!r} occurs {len(matches)} time(s) in {text!r}; occurrence={occurrence} asked for"
+        )
     return matches[occurrence]
 
 
@@ -156,7 +158,9 @@ class WordAttention:
 
 
 @torch.no_grad()
-def word_attention(model: BertModel, tokenizer, sentence: str, word: str, *, occurrence: int = 0) -> WordAttention:
+def word_attention(
+    model: BertModel, tokenizer, sentence: str, word: str, *, occurrence: int = 0
+) -> WordAttention:
     """How much ``word`` attends to each token of ``sentence`` in every layer and head."""
     enc = tokenizer.encode(sentence)
     src = find_word(enc, sentence, word, occurrence=occurrence)
@@ -186,7 +190,14 @@ def word_vectors(model: BertModel, tokenizer, sentence: str, word: str, *, occur
 
 
 def contextual_similarity(
-    model: BertModel, tokenizer, sentence_a: str, sentence_b: str, word: str, *, occurrence_a: int = 0, occurrence_b: int = 0
+    model: BertModel,
+    tokenizer,
+    sentence_a: str,
+    sentence_b: str,
+    word: str,
+    *,
+    occurrence_a: int = 0,
+    occurrence_b: int = 0,
 ) -> Tensor:
     """``[n_layers + 1]``: cosine similarity of ``word``'s vectors in the two sentences, per
     layer (index 0 = the embeddings, where context has not entered yet except position)."""

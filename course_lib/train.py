@@ -75,7 +75,9 @@ class History:
         if ax is None:
             _, ax = plt.subplots(figsize=(6, 3.2))
         ax.plot(self.steps, self.loss, color="tab:blue", alpha=0.25, lw=1, label="loss (per step)")
-        ax.plot(self.steps, self.smoothed_loss(window), color="tab:blue", lw=2, label=f"loss (mean of {window})")
+        ax.plot(
+            self.steps, self.smoothed_loss(window), color="tab:blue", lw=2, label=f"loss (mean of {window})"
+        )
         ax.set_xlabel("step")
         ax.set_ylabel("training loss")
         ax.set_yscale("log")
@@ -226,7 +228,7 @@ def fit(
             batch = to_device(batch, device)
             with autocast(device, enabled=mixed_precision):
                 out = loss_fn(model, batch)
-            loss, metrics = (out if isinstance(out, tuple) else (out, {}))
+            loss, metrics = out if isinstance(out, tuple) else (out, {})
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
             optimizer.zero_grad(set_to_none=True)

@@ -40,13 +40,23 @@ def plot_attention(
         _, ax = plt.subplots(figsize=(max(size[0], 3), max(size[1], 2.5)))
     im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
     if x_labels is not None:
-        ax.set_xticks(range(len(x_labels)), list(x_labels), rotation=90 if max(map(len, x_labels), default=0) > 3 else 0)
+        ax.set_xticks(
+            range(len(x_labels)), list(x_labels), rotation=90 if max(map(len, x_labels), default=0) > 3 else 0
+        )
     if y_labels is not None:
         ax.set_yticks(range(len(y_labels)), list(y_labels))
     if annotate:
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7, color="white" if w[i, j] > 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{w[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if w[i, j] > 0.6 else "black",
+                )
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     if title:

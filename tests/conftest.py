@@ -1,9 +1,8 @@
 import os
 
+import matplotlib
 import pytest
 import torch
-
-import matplotlib
 
 os.environ.setdefault("COURSE_PROGRESS", "0")
 # Agg for this process only: kernels started from the tests (book build, nbval) must keep

@@ -25,7 +25,11 @@ def brute_force_attention(q, k, v, mask=None, bias=None):
     *lead, nq, d = q.shape
     nk = k.shape[-2]
     out = torch.zeros(*lead, nq, v.shape[-1], dtype=torch.float64)
-    qf, kf, vf = q.double().reshape(-1, nq, d), k.double().reshape(-1, nk, d), v.double().reshape(-1, nk, v.shape[-1])
+    qf, kf, vf = (
+        q.double().reshape(-1, nq, d),
+        k.double().reshape(-1, nk, d),
+        v.double().reshape(-1, nk, v.shape[-1]),
+    )
     m = None if mask is None else mask.expand(*lead, nq, nk).reshape(-1, nq, nk)
     bb = None if bias is None else bias.double().expand(*lead, nq, nk).reshape(-1, nq, nk)
     o = out.view(-1, nq, v.shape[-1])
@@ -177,7 +181,9 @@ def test_parity_with_torch_multihead_attention():
     q, kv = torch.randn(3, 5, 32), torch.randn(3, 7, 32)
     keep = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 2 + [0] * 5])
     with torch.no_grad():
-        ref_out, ref_w = ref(q, kv, kv, key_padding_mask=keep == 0, need_weights=True, average_attn_weights=False)
+        ref_out, ref_w = ref(
+            q, kv, kv, key_padding_mask=keep == 0, need_weights=True, average_attn_weights=False
+        )
         out, w = ours(q, kv, kv, mask=padding_mask(keep), return_weights=True)
         fast, _ = ours(q, kv, kv, mask=padding_mask(keep))
         # causal self-attention

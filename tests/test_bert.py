@@ -197,7 +197,9 @@ def test_token_classification_parity():
 
 def test_untied_decoder_is_copied_separately():
     hf = seeded(transformers.BertForMaskedLM, hf_config(tie_word_embeddings=False))
-    assert hf.cls.predictions.decoder.weight.data_ptr() != hf.bert.embeddings.word_embeddings.weight.data_ptr()
+    assert (
+        hf.cls.predictions.decoder.weight.data_ptr() != hf.bert.embeddings.word_embeddings.weight.data_ptr()
+    )
     ours = BertForMaskedLM.from_hf(hf)
     assert ours.mlm_head.decoder.weight is not ours.bert.embeddings.word_embeddings.weight
     batch = make_batch(seed=8)
@@ -218,7 +220,9 @@ def test_parameter_counts_match_the_reference_table():
     with torch.device("meta"):
         base = BertModel(BertConfig())
         pre = BertForPreTraining(BertConfig())
-        large = BertModel(BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096))
+        large = BertModel(
+            BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+        )
         no_pool = BertModel(BertConfig(), add_pooling_layer=False)
     assert base.num_parameters() == 109_482_240
     assert no_pool.num_parameters() == 108_891_648
@@ -243,7 +247,9 @@ def test_positional_arguments_follow_hf_order():
     model = BertModel(BertConfig(**TINY)).eval()
     b = make_batch()
     a = model(b["input_ids"], b["attention_mask"], b["token_type_ids"]).last_hidden_state
-    k = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"]).last_hidden_state
+    k = model(
+        input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"]
+    ).last_hidden_state
     assert torch.equal(a, k)
 
 
@@ -286,10 +292,23 @@ def test_bad_inputs_raise_clear_errors():
 
 def test_config_course_names_and_from_hf():
     c = BertConfig.from_course(vocab_size=99, d_model=32, n_heads=4, n_layers=2, max_len=64)
-    assert (c.d_model, c.n_heads, c.d_head, c.n_layers, c.d_ff, c.max_len, c.pad_id) == (32, 4, 8, 2, 128, 64, 0)
+    assert (c.d_model, c.n_heads, c.d_head, c.n_layers, c.d_ff, c.max_len, c.pad_id) == (
+        32,
+        4,
+        8,
+        2,
+        128,
+        64,
+        0,
+    )
     hfc = hf_config(hidden_act="gelu_new", layer_norm_eps=1e-7, num_labels=5)
     c2 = BertConfig.from_hf(hfc)
-    assert (c2.hidden_act, c2.layer_norm_eps, c2.num_labels, c2.intermediate_size) == ("gelu_new", 1e-7, 5, 37)
+    assert (c2.hidden_act, c2.layer_norm_eps, c2.num_labels, c2.intermediate_size) == (
+        "gelu_new",
+        1e-7,
+        5,
+        37,
+    )
     assert BertConfig.from_hf(hfc.to_dict()) == c2
     with pytest.raises(ValueError, match="encoder"):
         BertConfig.from_hf({**hfc.to_dict(), "is_decoder": True})

@@ -98,8 +98,15 @@ def browser():
     with sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=chromium,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
         )
         yield b
         b.close()
@@ -108,8 +115,20 @@ def browser():
 @pytest.fixture(scope="session")
 def served_book(built_book):
     port = _free_port()
-    srv = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port), "--directory", str(built_book)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            str(port),
+            "--directory",
+            str(built_book),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -159,13 +178,18 @@ def test_chapter_02_renders_offline(browser, served_book):
     body = page.inner_text("article.bd-article")
     assert "\\frac" not in body and "\\mathrm" not in body, "raw TeX left on the page"
     # plots: every image loaded
-    images = page.evaluate("Array.from(document.querySelectorAll('article.bd-article img')).map(i => [i.src, i.complete && i.naturalWidth > 0])")
+    images = page.evaluate(
+        "Array.from(document.querySelectorAll('article.bd-article img')).map(i => [i.src, i.complete && "
+        "i.naturalWidth > 0])"
+    )
     assert len(images) >= 5, images  # learning curve, two head grids, positional encoding, the widget
     assert all(ok for _, ok in images), [src for src, ok in images if not ok]
     # the widget snapshot: controls and the plot inside its output area
     assert page.locator(".widget-dropdown select").count() == 1
     assert page.locator(".widget-slider").count() >= 3
-    widget_imgs = page.evaluate("Array.from(document.querySelectorAll('.widget-output img')).map(i => i.naturalWidth)")
+    widget_imgs = page.evaluate(
+        "Array.from(document.querySelectorAll('.widget-output img')).map(i => i.naturalWidth)"
+    )
     assert widget_imgs and all(w > 0 for w in widget_imgs), "the widget's plot did not render"
     assert failures == [], failures
     close(page)
@@ -190,11 +214,17 @@ def test_every_chapter_renders_offline(browser, served_book, built_book, path):
     if n_views:
         page.wait_for_selector(".jupyter-widgets", state="attached", timeout=20000)
     page.wait_for_timeout(500)
-    images = page.evaluate("Array.from(document.querySelectorAll('article.bd-article img')).map(i => [i.src, i.complete && i.naturalWidth > 0])")
+    images = page.evaluate(
+        "Array.from(document.querySelectorAll('article.bd-article img')).map(i => [i.src, i.complete && "
+        "i.naturalWidth > 0])"
+    )
     assert images, "no plots on the page"
     assert all(ok for _, ok in images), [src for src, ok in images if not ok]
     if n_views:
-        rendered = page.evaluate("document.querySelectorAll('.jupyter-widgets.widget-container, .jupyter-widgets.widget-box').length")
+        rendered = page.evaluate(
+            "document.querySelectorAll('.jupyter-widgets.widget-container, "
+            ".jupyter-widgets.widget-box').length"
+        )
         assert rendered >= 1, f"{n_views} widget views stored, none rendered"
     assert failures == [], failures
     close(page)

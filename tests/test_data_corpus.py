@@ -64,12 +64,22 @@ def test_same_seed_same_corpus_and_different_seed_different():
 
 
 def test_corpus_does_not_depend_on_the_process_hash_seed():
-    code = ("import hashlib; from course_lib.data.corpus import generate_corpus, generate_documents;"
-            "t = '\\n'.join(s.text + str(s.heads) for s in generate_corpus(500, seed=1));"
-            "t += '\\n'.join(d.text for d in generate_documents(30, seed=1));"
-            "print(hashlib.sha256(t.encode()).hexdigest())")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout for seed in ("1", "2")}
+    code = (
+        "import hashlib; from course_lib.data.corpus import generate_corpus, generate_documents;"
+        "t = '\\n'.join(s.text + str(s.heads) for s in generate_corpus(500, seed=1));"
+        "t += '\\n'.join(d.text for d in generate_documents(30, seed=1));"
+        "print(hashlib.sha256(t.encode()).hexdigest())"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+        ).stdout
+        for seed in ("1", "2")
+    }
     assert len(outs) == 1
 
 
@@ -179,13 +189,16 @@ def test_tree_distances_and_depths_match_brute_force(sentences):
                 assert depth[i] == depth[h] + 1
 
 
-@pytest.mark.parametrize("heads, message", [
-    ([1, -1, -1], "exactly one root"),
-    ([1, 2, 0, -1], "cycle"),
-    ([-1, 5], "outside"),
-    ([-1, 1], "its own head"),
-    ([], "empty"),
-])
+@pytest.mark.parametrize(
+    "heads, message",
+    [
+        ([1, -1, -1], "exactly one root"),
+        ([1, 2, 0, -1], "cycle"),
+        ([-1, 5], "outside"),
+        ([-1, 1], "its own head"),
+        ([], "empty"),
+    ],
+)
 def test_validate_tree_rejects_non_trees(heads, message):
     with pytest.raises(ValueError, match=message):
         C.validate_tree(heads)

@@ -13,7 +13,9 @@ from course_lib.data.text_files import (
 
 @pytest.fixture()
 def texts(tmp_path):
-    (tmp_path / "a.txt").write_text("The cat sat. It didn't move!\n\nA new paragraph starts here. Dr Who waved.\n")
+    (tmp_path / "a.txt").write_text(
+        "The cat sat. It didn't move!\n\nA new paragraph starts here. Dr Who waved.\n"
+    )
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.txt").write_text("One line only\n")
     (tmp_path / "notes.md").write_text("# Title\n\nSome markdown text.\n")

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from course_lib.data import minilm
+from course_lib.data.chars import elmo_char_ids
 from course_lib.data.corpus import generate_corpus
 from course_lib.data.tokenizers import (
     BERT_SPECIALS,
     ROBERTA_SPECIALS,
     WordVocab,
     bpe_segment,
-    elmo_char_ids,
     encode_texts,
     learn_bpe,
     pad_batch,
@@ -115,7 +115,10 @@ def test_byte_bpe_round_trips_any_text(byte_bpe, corpus):
 
 
 def test_training_is_deterministic(corpus):
-    assert train_wordpiece(corpus[:500], vocab_size=600).get_vocab() == train_wordpiece(corpus[:500], vocab_size=600).get_vocab()
+    assert (
+        train_wordpiece(corpus[:500], vocab_size=600).get_vocab()
+        == train_wordpiece(corpus[:500], vocab_size=600).get_vocab()
+    )
     a, b = train_byte_bpe(corpus[:500], vocab_size=600), train_byte_bpe(corpus[:500], vocab_size=600)
     assert a.to_str() == b.to_str()
 
@@ -129,9 +132,16 @@ def test_teaching_bpe_learns_the_library_merges(corpus):
     n_merges = 120
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=len(alphabet) + n_merges, min_frequency=0,
-                                                       show_progress=False, special_tokens=[]))
-    lib = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in json.loads(tok.to_str())["model"]["merges"]]
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=len(alphabet) + n_merges, min_frequency=0, show_progress=False, special_tokens=[]
+        ),
+    )
+    lib = [
+        tuple(m) if isinstance(m, list) else tuple(m.split(" "))
+        for m in json.loads(tok.to_str())["model"]["merges"]
+    ]
     ours = learn_bpe(dict(counts), n_merges)
     assert ours == lib
     for w in sorted(counts)[:200]:
@@ -143,7 +153,9 @@ def test_pad_batch_and_encode_texts(wordpiece, byte_bpe):
     assert ids.tolist() == [[5, 6], [8, 1]] and mask.tolist() == [[True, True], [True, False]]
     with pytest.raises(ValueError, match="at least one"):
         pad_batch([], pad_id=0)
-    batch = encode_texts(wordpiece, ["The dog ate the jam.", "A cat."], ["It was sweet.", "It slept."], max_len=8)
+    batch = encode_texts(
+        wordpiece, ["The dog ate the jam.", "A cat."], ["It was sweet.", "It slept."], max_len=8
+    )
     assert batch["input_ids"].shape[1] <= 8
     assert batch["input_ids"][0, 0] == 2 and (batch["input_ids"][~batch["attention_mask"]] == 0).all()
     assert batch["token_type_ids"].max() == 1
@@ -168,7 +180,13 @@ def test_bad_tokenizer_arguments():
 
 def test_minilm_vocabulary_reads_the_corpus(corpus):
     vocab = minilm.minilm_vocab()
-    assert len(vocab) == 30522 and minilm.minilm_special_ids() == {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
+    assert len(vocab) == 30522 and minilm.minilm_special_ids() == {
+        "pad": 0,
+        "unk": 100,
+        "cls": 101,
+        "sep": 102,
+        "mask": 103,
+    }
     tok = minilm.minilm_tokenizer()
     assert special_ids(tok) == minilm.minilm_special_ids()
     ids = [i for s in corpus[:300] for i in tok.encode(s.text).ids]

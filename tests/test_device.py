@@ -8,7 +8,9 @@ from course_lib.device import autocast, autocast_dtype, describe_device, get_dev
 
 def test_device_order_and_override(monkeypatch):
     monkeypatch.delenv("COURSE_DEVICE", raising=False)
-    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    expected = (
+        "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    )
     assert get_device().type == expected
     monkeypatch.setenv("COURSE_DEVICE", "cpu")
     assert get_device() == torch.device("cpu")
@@ -32,7 +34,9 @@ def test_cpu_runs_in_float32():
 
 def _train_a_little(seed):
     seed_everything(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 1)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(20):
         x = torch.randn(32, 8)

@@ -18,12 +18,11 @@ from course_lib.models.elmo import (
     Highway,
     ScalarMix,
     char_ids_to_words,
-    compare_naive_bidirectional,
-    elmo_lm_loss,
-    train_elmo_lm,
     word_to_char_ids,
     words_to_char_ids,
 )
+from course_lib.objectives.losses import elmo_lm_loss
+from course_lib.recipes.elmo import compare_naive_bidirectional, train_elmo
 
 TOL = 1e-5
 
@@ -36,6 +35,7 @@ def _one_thread():
     yield
     torch.set_num_threads(threads)
 
+
 SENTENCES = [
     ["the", "cat", "sat", "on", "the", "mat"],
     ["a", "dog", "barked"],
@@ -45,8 +45,16 @@ SENTENCES = [
 
 
 def tiny(**kw):
-    base = dict(char_embed_dim=8, filters=((1, 4), (2, 8), (3, 8)), n_highway=1, projection_dim=16,
-                lstm_cell_dim=32, n_layers=2, dropout=0.0, vocab_size=40)
+    base = dict(
+        char_embed_dim=8,
+        filters=((1, 4), (2, 8), (3, 8)),
+        n_highway=1,
+        projection_dim=16,
+        lstm_cell_dim=32,
+        n_layers=2,
+        dropout=0.0,
+        vocab_size=40,
+    )
     base.update(kw)
     return ElmoConfig(**base)
 
@@ -83,7 +91,11 @@ def test_char_ids_layout_markers_and_round_trip():
     assert ids[1:4] == [ord("j") + 1, ord("a") + 1, ord("m") + 1]
     assert ids[4] == END_OF_WORD_CHAR + 1
     assert set(ids[5:]) == {PADDING_CHAR + 1}
-    assert word_to_char_ids("<S>")[:3] == [BEGINNING_OF_WORD_CHAR + 1, BEGINNING_OF_SENTENCE_CHAR + 1, END_OF_WORD_CHAR + 1]
+    assert word_to_char_ids("<S>")[:3] == [
+        BEGINNING_OF_WORD_CHAR + 1,
+        BEGINNING_OF_SENTENCE_CHAR + 1,
+        END_OF_WORD_CHAR + 1,
+    ]
     assert word_to_char_ids("</S>")[1] == END_OF_SENTENCE_CHAR + 1
     assert min(ids) >= 1 and max(word_to_char_ids("ÿ€")) <= 261
 
@@ -115,8 +127,14 @@ def test_over_long_words_are_truncated_keeping_the_markers():
 
 @pytest.mark.parametrize(
     "arg, match",
-    [([], "empty batch"), ([["a"], []], "sentence 1 is empty"), (["a", "b"], "a batch"), ([["a", ""]], "empty word"),
-     ([["a", 3]], "words must be str"), ("just text", "a batch")],
+    [
+        ([], "empty batch"),
+        ([["a"], []], "sentence 1 is empty"),
+        (["a", "b"], "a batch"),
+        ([["a", ""]], "empty word"),
+        ([["a", 3]], "words must be str"),
+        ("just text", "a batch"),
+    ],
 )
 def test_words_to_char_ids_bad_input(arg, match):
     with pytest.raises(ValueError, match=match):
@@ -251,7 +269,9 @@ def test_prefix_loss_equals_the_forward_loss_of_an_honest_model():
     (the trained naive model fails this: test_naive_model_cheats_honest_model_does_not)."""
     ids, words, mask = batch()
     honest = model()
-    assert torch.allclose(honest.prefix_forward_loss(ids, words, mask), honest.lm_loss(ids, words, mask).forward, atol=1e-5)
+    assert torch.allclose(
+        honest.prefix_forward_loss(ids, words, mask), honest.lm_loss(ids, words, mask).forward, atol=1e-5
+    )
 
 
 # ----------------------------------------------------------------------------------------- scalar mix
@@ -341,7 +361,9 @@ def test_parameter_counts_match_allennlp(name, expected):
         m = ElmoLanguageModel(getattr(ElmoConfig, name)(vocab_size=1000))
     assert m.num_parameters() == expected
     assert m.num_parameters(include_softmax=True) == expected + 1000 * m.config.projection_dim + 1000
-    trainable = sum(p.numel() for n, p in m.named_parameters() if p.requires_grad and not n.startswith("softmax"))
+    trainable = sum(
+        p.numel() for n, p in m.named_parameters() if p.requires_grad and not n.startswith("softmax")
+    )
     assert trainable == expected
 
 
@@ -424,7 +446,7 @@ def test_lm_losses_fall_on_a_tiny_batch():
     data = [{"char_ids": ids, "word_ids": words, "mask": mask}]
     with torch.no_grad():
         start = m.eval().lm_loss(ids, words, mask)
-    hist = train_elmo_lm(m, data, steps=40, lr=3e-2, warmup=2, progress=False, eval_batch=data[0])
+    hist = train_elmo(m, data, steps=40, lr=3e-2, warmup=2, progress=False, eval_batch=data[0])
     end = m.lm_loss(ids, words, mask)
     assert end.forward < 0.3 * start.forward and end.backward < 0.3 * start.backward
     assert hist.loss[-1] < 0.3 * hist.loss[0]
@@ -442,8 +464,9 @@ def test_naive_model_cheats_honest_model_does_not():
     ids, words, mask = batch()
     data = [{"char_ids": ids, "word_ids": words, "mask": mask}]
     floor = 4 * math.log(4) / 19
-    res = compare_naive_bidirectional(data, config=tiny(), steps=60, lr=3e-2, warmup=2, eval_batch=data[0],
-                                      progress=False, device="cpu")
+    res = compare_naive_bidirectional(
+        data, config=tiny(), steps=60, lr=3e-2, warmup=2, eval_batch=data[0], progress=False, device="cpu"
+    )
     assert set(res.histories) == set(res.models) == {"elmo", "naive"}
     naive, honest = res.histories["naive"].evals, res.histories["elmo"].evals
     assert honest["forward_loss"][-1] >= floor and honest["backward_loss"][-1] >= floor
@@ -460,7 +483,11 @@ def test_elmo_feature_extractor_is_frozen_and_mixes():
     assert elmo.output_dim == 32
     assert all(not p.requires_grad for p in lm.parameters())
     assert {n for n, p in elmo.named_parameters() if p.requires_grad} == {
-        "mixes.0.scalar_parameters", "mixes.0.gamma", "mixes.1.scalar_parameters", "mixes.1.gamma"}
+        "mixes.0.scalar_parameters",
+        "mixes.0.gamma",
+        "mixes.1.scalar_parameters",
+        "mixes.1.gamma",
+    }
     elmo.train()
     assert not lm.training and elmo.mixes[0].training
     reps = elmo(ids, mask)

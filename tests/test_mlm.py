@@ -7,24 +7,23 @@ import random
 import pytest
 import torch
 
-from course_lib.mlm import (
+from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining
+from course_lib.objectives import (
     KEPT,
     MASKED,
     RANDOM,
-    DynamicMaskingCollator,
     MaskedLMData,
     MLMMasker,
     collate,
     make_nsp_pairs,
     mask_tokens,
-    mlm_loss,
     pack_pair,
     pack_pairs,
     pack_stream,
     pretraining_loss,
+    trim_padding,
     truncate_pair_lengths,
 )
-from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining
 from course_lib.train import fit
 
 PAD, CLS, SEP, MASK, UNK = 0, 1, 2, 3, 4
@@ -54,7 +53,9 @@ def synthetic_batch(n=8000, seq=128, seed=0):
 def masked_sample():
     ids = synthetic_batch()
     g = torch.Generator().manual_seed(1)
-    inputs, labels, actions = mask_tokens(ids, vocab_size=V, mask_token_id=MASK, special_ids=SPECIALS, generator=g, return_actions=True)
+    inputs, labels, actions = mask_tokens(
+        ids, vocab_size=V, mask_token_id=MASK, special_ids=SPECIALS, generator=g, return_actions=True
+    )
     return ids, inputs, labels, actions
 
 
@@ -123,7 +124,9 @@ def test_masking_is_reproducible_and_validates_its_arguments():
     protect = torch.zeros_like(ids, dtype=torch.bool)
     protect[:, :10] = True
     _, labels = mask_tokens(ids, **kw, special_mask=protect, mlm_probability=1.0)
-    assert (labels[:, :10] == -100).all() and (labels[:, 10:][~torch.isin(ids[:, 10:], torch.tensor(SPECIALS))] != -100).all()
+    assert (labels[:, :10] == -100).all() and (
+        labels[:, 10:][~torch.isin(ids[:, 10:], torch.tensor(SPECIALS))] != -100
+    ).all()
 
 
 def packed_examples(n=64, seq=24, seed=0):
@@ -188,21 +191,17 @@ def test_masked_lm_data_validates():
         MaskedLMData({**ex, "next_sentence_label": torch.zeros(3)}, masker=MASKER)
 
 
-def test_dynamic_collator_masks_each_call_afresh():
-    examples = [{"input_ids": [CLS] + list(range(5, 45)) + [SEP]} for _ in range(8)]
-    collator = DynamicMaskingCollator(MASKER, seed=0)
-    a, b = collator(examples), collator(examples)
-    assert a["input_ids"].shape == (8, 42)
-    assert not torch.equal(a["input_ids"], b["input_ids"])
-    assert (a["labels"][:, [0, -1]] == -100).all()
-
-
 def nsp_corpus(n_docs=2000, seed=0):
     """Documents of 2-9 sentences; each sentence carries its own (doc, index) code."""
     rng = random.Random(seed)
     docs = []
     for d in range(n_docs):
-        docs.append([[10_000 + d * 10 + i] + [rng.randrange(5, V) for _ in range(rng.randrange(1, 6))] for i in range(rng.randrange(2, 10))])
+        docs.append(
+            [
+                [10_000 + d * 10 + i] + [rng.randrange(5, V) for _ in range(rng.randrange(1, 6))]
+                for i in range(rng.randrange(2, 10))
+            ]
+        )
     return docs
 
 
@@ -293,8 +292,18 @@ def test_pack_stream_keeps_every_token_in_order():
 def test_collate_pads_each_field_with_its_own_value():
     batch = collate(
         [
-            {"input_ids": [1, 5, 6, 2], "token_type_ids": [0, 0, 1, 1], "labels": [-100, 5, -100, -100], "next_sentence_label": 1},
-            {"input_ids": [1, 7, 2], "token_type_ids": [0, 0, 0], "labels": [-100, -100, 7], "next_sentence_label": 0},
+            {
+                "input_ids": [1, 5, 6, 2],
+                "token_type_ids": [0, 0, 1, 1],
+                "labels": [-100, 5, -100, -100],
+                "next_sentence_label": 1,
+            },
+            {
+                "input_ids": [1, 7, 2],
+                "token_type_ids": [0, 0, 0],
+                "labels": [-100, -100, 7],
+                "next_sentence_label": 0,
+            },
         ],
         pad_id=PAD,
     )
@@ -314,10 +323,21 @@ def test_pretraining_with_fit_lowers_the_loss():
         g = torch.Generator().manual_seed(0)
         tok = torch.randint(5, 32, (256, 1), generator=g)
         ids = torch.cat([torch.full((256, 1), CLS), tok.repeat(1, 12), torch.full((256, 1), SEP)], 1)
-        ex = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
-              "next_sentence_label": torch.randint(0, 2, (256,), generator=g)}
-        data = MaskedLMData(ex, masker=MLMMasker(vocab_size=32, mask_token_id=MASK, special_ids=SPECIALS), batch_size=32, seed=0)
-        config = BertConfig.from_course(vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_len=32, dropout=0.0)
+        ex = {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "token_type_ids": torch.zeros_like(ids),
+            "next_sentence_label": torch.randint(0, 2, (256,), generator=g),
+        }
+        data = MaskedLMData(
+            ex,
+            masker=MLMMasker(vocab_size=32, mask_token_id=MASK, special_ids=SPECIALS),
+            batch_size=32,
+            seed=0,
+        )
+        config = BertConfig.from_course(
+            vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_len=32, dropout=0.0
+        )
         model = BertForPreTraining(config)
         hist = fit(model, data, pretraining_loss, steps=60, lr=3e-3, progress=False)
     finally:
@@ -328,7 +348,21 @@ def test_pretraining_with_fit_lowers_the_loss():
     assert last < first - 0.4, (first, last)
     accuracy = sum(hist.metrics["mlm_accuracy"][-10:]) / 10
     assert accuracy > 0.3, accuracy  # chance is 1/27
-    # RoBERTa-style: the MLM-only loss on a model without NSP head
+    # RoBERTa-style: the same loss on a model without NSP head ignores the batch's NSP labels
     mlm_model = BertForMaskedLM(config)
-    loss, metrics = mlm_loss(mlm_model, next(iter(data)))
+    assert BertForPreTraining.pair_objective == "nsp" and mlm_model.pair_objective is None
+    loss, metrics = pretraining_loss(mlm_model, next(iter(data)))
     assert loss.ndim == 0 and "nsp_loss" not in metrics
+
+
+def test_pretraining_loss_trims_all_padding_columns_first():
+    config = BertConfig.from_course(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_len=16, dropout=0.0)
+    model = BertForMaskedLM(config).eval()
+    ids = torch.tensor([[CLS, 7, 8, 9, SEP, PAD, PAD, PAD], [CLS, 10, 11, SEP, PAD, PAD, PAD, PAD]])
+    mask = (ids != PAD).long()
+    labels = torch.where(ids == 8, ids, -100)
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    trimmed = trim_padding(batch)
+    assert trimmed["input_ids"].shape == (2, 5)
+    with torch.no_grad():
+        assert pretraining_loss(model, batch)[0].item() == pretraining_loss(model, trimmed)[0].item()

@@ -9,7 +9,13 @@ import nbformat
 import pytest
 
 from course_lib.book import Asset, _check_integrity, _extract
-from course_lib.notebooks import CHECK_TAG, check_notebook, repository_url, setup_cell_source, strip_unchecked_outputs
+from course_lib.notebooks import (
+    CHECK_TAG,
+    check_notebook,
+    repository_url,
+    setup_cell_source,
+    strip_unchecked_outputs,
+)
 
 
 def make_nb(tmp_path, setup=True):
@@ -87,7 +93,12 @@ def test_claim_passes_inside_its_band_and_names_everything_when_it_fails():
     with pytest.raises(ClaimError) as err:
         claim("pretrained beats random on unseen words", 0.01, low=0.05, evidence="seeds 0-2: 0.11-0.16")
     msg = str(err.value)
-    assert "pretrained beats random on unseen words" in msg and "0.01" in msg and "[0.05, inf]" in msg and "seeds 0-2" in msg
+    assert (
+        "pretrained beats random on unseen words" in msg
+        and "0.01" in msg
+        and "[0.05, inf]" in msg
+        and "seeds 0-2" in msg
+    )
     with pytest.raises(ClaimError):
         claim("not a number", float("nan"), low=0.0, evidence="x")
     with pytest.raises(ClaimError):
@@ -108,7 +119,10 @@ def test_claims_are_logged_and_record_only_mode_does_not_raise(tmp_path, monkeyp
     claim("holds", 0.5, low=0.0, high=1.0, evidence="x")
     claim("fails but is recorded", 2.0, high=1.0, evidence="x")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(r["claim"], r["ok"], r["chapter"]) for r in rows] == [("holds", True, "99_test"), ("fails but is recorded", False, "99_test")]
+    assert [(r["claim"], r["ok"], r["chapter"]) for r in rows] == [
+        ("holds", True, "99_test"),
+        ("fails but is recorded", False, "99_test"),
+    ]
     assert {"cpu_capability", "threads", "seed_offset", "device"} <= set(rows[0])
 
 
@@ -119,15 +133,20 @@ def test_seed_offset_shifts_every_seed_and_the_cache_key(monkeypatch):
     monkeypatch.setenv("COURSE_SEED_OFFSET", "2")
     seed_everything(1)
     assert torch.equal(torch.rand(3), three)  # 1 + 2 = 3
-    assert cache_key("model", {"seed": 0}) != key  # a model trained with other seeds is never loaded by mistake
+    assert (
+        cache_key("model", {"seed": 0}) != key
+    )  # a model trained with other seeds is never loaded by mistake
     monkeypatch.setenv("COURSE_SEED_OFFSET", "two")
     with pytest.raises(ValueError, match="whole number"):
         seed_everything(0)
 
 
 def test_prose_numbers_finds_typed_measurements_but_not_references_code_or_math():
-    text = ("Accuracy 0.92 and 65.5% of pairs; chance is 50%. See §1.5, section 3.10 and chapter 2.3. "
-            "$p = 0.5$ and `lr=1e-3 0.1` and {glue:text}`acc:.3f`; 3,723 words, 110M parameters.\n## 1.2 Heading 0.5")
+    text = (
+        "Accuracy 0.92 and 65.5% of pairs; chance is 50%. See §1.5, section 3.10 and chapter 2.3. "
+        "$p = 0.5$ and `lr=1e-3 0.1` and {glue:text}`acc:.3f`; 3,723 words, 110M parameters.\n## 1.2 Heading "
+        "0.5"
+    )
     assert prose_numbers(text) == ["0.92", "65.5%", "50%"]
 
 
@@ -148,7 +167,9 @@ def _checked(source, text, tags=()):
 
 
 def test_check_chapter_enforces_claims_glue_and_exact_checks(tmp_path):
-    claim_cell = nbformat.v4.new_code_cell('claim("x", acc, low=0.5, evidence=B)\nglue("acc", acc)', metadata={"tags": ["remove-cell"]})
+    claim_cell = nbformat.v4.new_code_cell(
+        'claim("x", acc, low=0.5, evidence=B)\nglue("acc", acc)', metadata={"tags": ["remove-cell"]}
+    )
     good = [
         nbformat.v4.new_markdown_cell("Accuracy {glue:text}`acc:.3f`; the paper reports 39.7."),
         _checked("print(shape)", "(2, 3)\n"),

@@ -11,9 +11,14 @@ import torch
 
 from course_lib.cli import main as course_main
 from course_lib.data import generate_documents
-from course_lib.mlm import IGNORE_INDEX, MaskedLMData
-from course_lib.models.bert import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification
+from course_lib.models.bert import (
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from course_lib.models.roberta import RobertaConfig, RobertaForSequenceClassification
+from course_lib.objectives import IGNORE_INDEX, MaskedLMData
 from course_lib.recipes.bert import (
     LengthGroupedMLMData,
     bert_config,
@@ -37,6 +42,7 @@ from course_lib.recipes.bert import (
     weights_fingerprint,
     word_order_pairs,
 )
+from course_lib.recipes.common import MODEL_CLASSES, register_model
 
 TINY = dict(steps=40, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
 
@@ -108,14 +114,19 @@ def test_length_grouped_batches_cover_every_example_once_with_the_same_masks(doc
         for batch in grouped.batches(epoch):
             assert batch["input_ids"].shape[0] == 8
             for row in range(8):  # every row is an example of this epoch's masked view, unchanged
-                hits = ((view["input_ids"] == batch["input_ids"][row]).all(1) & (view["labels"] == batch["labels"][row]).all(1)).nonzero()
+                hits = (
+                    (view["input_ids"] == batch["input_ids"][row]).all(1)
+                    & (view["labels"] == batch["labels"][row]).all(1)
+                ).nonzero()
                 assert hits.numel() >= 1
                 seen.append(int(hits[0]))
         n, chunks = ex["input_ids"].shape[0], -(-ex["input_ids"].shape[0] // (8 * grouped.group))
         assert len(seen) == len(set(seen)) and n - 8 * chunks < len(seen) <= n
+
     # similar lengths inside a batch: much less padding than random batches
     def padding(data):
         return sum(int((trim_padding(b)["attention_mask"] == 0).sum()) for b in data.batches(0))
+
     assert padding(grouped) < 0.5 * padding(plain)
     with pytest.raises(ValueError, match="group"):
         LengthGroupedMLMData(ex, masker=grouped.masker, group=0)
@@ -130,7 +141,14 @@ def test_pretrain_bert_end_to_end(pretrained):
     assert model.config.vocab_size == tok.get_vocab_size() and model.config.max_position_embeddings == 32
     assert len(history.loss) == TINY["steps"] and all(math.isfinite(x) for x in history.loss)
     assert sum(history.loss[-5:]) < sum(history.loss[:5]), "the loss should fall over 40 steps"
-    for key in ("mlm_accuracy", "accuracy_masked", "accuracy_random", "accuracy_kept", "accuracy_unchosen", "nsp_accuracy"):
+    for key in (
+        "mlm_accuracy",
+        "accuracy_masked",
+        "accuracy_random",
+        "accuracy_kept",
+        "accuracy_unchosen",
+        "nsp_accuracy",
+    ):
         assert len(history.evals[key]) == 2 and all(0.0 <= v <= 1.0 for v in history.evals[key])
 
 
@@ -139,8 +157,12 @@ def test_evaluate_mlm_agrees_with_a_direct_count(pretrained, docs):
     ex = pretraining_examples(docs[:20], tok, max_len=32, seed=5)
     masker = make_masker(tok)
     got = evaluate_mlm(model, ex, masker, seed=4, batch_size=7)
-    inputs, labels, actions = masker(ex["input_ids"], generator=torch.Generator().manual_seed(4),
-                                     special_mask=ex["attention_mask"] == 0, return_actions=True)
+    inputs, labels, actions = masker(
+        ex["input_ids"],
+        generator=torch.Generator().manual_seed(4),
+        special_mask=ex["attention_mask"] == 0,
+        return_actions=True,
+    )
     with torch.no_grad():
         out = model(inputs, attention_mask=ex["attention_mask"], token_type_ids=ex["token_type_ids"])
     chosen = labels != IGNORE_INDEX
@@ -149,7 +171,11 @@ def test_evaluate_mlm_agrees_with_a_direct_count(pretrained, docs):
     for name, code in (("accuracy_masked", 1), ("accuracy_random", 2), ("accuracy_kept", 3)):
         sel = actions == code
         assert got[name] == pytest.approx(hit[sel].float().mean().item() if sel.any() else 0.0)
-    visible = (actions == 0) & ex["attention_mask"].bool() & ~torch.isin(ex["input_ids"], torch.tensor(masker.special_ids))
+    visible = (
+        (actions == 0)
+        & ex["attention_mask"].bool()
+        & ~torch.isin(ex["input_ids"], torch.tensor(masker.special_ids))
+    )
     copied = out.prediction_logits.argmax(-1) == ex["input_ids"]
     assert got["accuracy_unchosen"] == pytest.approx(copied[visible].float().mean().item())
     loss = torch.nn.functional.cross_entropy(out.prediction_logits[chosen], labels[chosen]).item()
@@ -159,8 +185,15 @@ def test_evaluate_mlm_agrees_with_a_direct_count(pretrained, docs):
 
 
 def test_pretrain_without_nsp_dynamic_masking_and_byte_bpe(docs):
-    model, tok, history = pretrain_bert("tiny", docs, nsp=False, masking="dynamic", tokenizer_kind="byte-bpe", heldout=0.1,
-                                        **{**TINY, "steps": 10})
+    model, tok, history = pretrain_bert(
+        "tiny",
+        docs,
+        nsp=False,
+        masking="dynamic",
+        tokenizer_kind="byte-bpe",
+        heldout=0.1,
+        **{**TINY, "steps": 10},
+    )
     assert isinstance(model, BertForMaskedLM)
     assert tok.token_to_id("<pad>") == model.config.pad_token_id == 1
     assert "nsp_accuracy" not in history.evals and len(history.evals["mlm_accuracy"]) == 1
@@ -186,7 +219,9 @@ def test_continued_pretraining_starts_from_init(pretrained, docs):
     assert not torch.equal(before, after) and (before - after).abs().max() < 0.05  # one small step away
     assert weights_fingerprint(model) == fingerprint  # init is not modified
     with pytest.raises(ValueError, match="same configuration"):
-        pretrain_bert("tiny", docs, tokenizer=tok, init=model, nsp=False, heldout=None, **{**TINY, "steps": 1})
+        pretrain_bert(
+            "tiny", docs, tokenizer=tok, init=model, nsp=False, heldout=None, **{**TINY, "steps": 1}
+        )
 
 
 def test_pretrain_bert_rejects_bad_input(docs, tok):
@@ -208,7 +243,12 @@ def test_pretrain_bert_rejects_bad_input(docs, tok):
 
 def test_bert_config_sizes():
     c = bert_config("base-like", vocab_size=30522, max_len=512)
-    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size) == (768, 12, 12, 3072)
+    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size) == (
+        768,
+        12,
+        12,
+        3072,
+    )
     with pytest.raises(ValueError, match="unknown size"):
         bert_config("xl", vocab_size=100)
 
@@ -245,7 +285,9 @@ def test_minimal_pair_preference_scores_only_the_differing_tokens(tok):
     assert minimal_pair_preference(model, tok, pairs) == (1.0, 2)
     assert minimal_pair_preference(model, tok, [(b, g) for g, b in pairs]) == (0.0, 2)
     # a pair whose tokenizations differ in length is skipped; identical sentences too
-    share, n = minimal_pair_preference(model, tok, pairs + [("He saw the man.", "He saw the man and the dog."), ("A cat.", "A cat.")])
+    share, n = minimal_pair_preference(
+        model, tok, pairs + [("He saw the man.", "He saw the man and the dog."), ("A cat.", "A cat.")]
+    )
     assert (share, n) == (1.0, 2)
     with pytest.raises(ValueError, match="nothing to score"):
         minimal_pair_preference(model, tok, [("A cat.", "A cat.")])
@@ -269,15 +311,21 @@ def _keyword_task(n: int, seed: int):
 def test_finetune_classifier_learns_and_copies_the_body(pretrained):
     model, tok, _ = pretrained
     train, test = _keyword_task(96, 0), _keyword_task(64, 1)
-    clf, history = finetune_classifier(model, tok, train, steps=100, batch_size=16, lr=3e-3, eval_items=test, eval_every=50)
+    clf, history = finetune_classifier(
+        model, tok, train, steps=100, batch_size=16, lr=3e-3, eval_items=test, eval_every=50
+    )
     assert isinstance(clf, BertForSequenceClassification) and not clf.training
     assert history.evals["accuracy"][-1] == classification_accuracy(clf, tok, test)
     assert classification_accuracy(clf, tok, test) > 0.9
     # the body started from the pretrained weights: zero steps would leave them unchanged
     clf0, _ = finetune_classifier(model, tok, train, steps=1, lr=1e-12)
-    assert torch.allclose(clf0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    assert torch.allclose(
+        clf0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight
+    )
     scratch0, _ = finetune_classifier(model.config, tok, train, steps=1, lr=1e-12)
-    assert not torch.allclose(scratch0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    assert not torch.allclose(
+        scratch0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight
+    )
     # same seed: the classifier layer starts equal in both runs
     assert torch.allclose(clf0.classifier.weight, scratch0.classifier.weight)
 
@@ -285,8 +333,14 @@ def test_finetune_classifier_learns_and_copies_the_body(pretrained):
 def test_recipes_cut_roberta_inputs_at_its_length_limit(tok):
     # RoBERTa reserves padding_idx + 1 position rows: 14 rows place 12 tokens. The recipes cut
     # inputs at config.max_len (12), not at max_position_embeddings (14, two tokens too late).
-    config = RobertaConfig(vocab_size=300, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=32, max_position_embeddings=14)
+    config = RobertaConfig(
+        vocab_size=300,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=14,
+    )
     assert config.max_len == 12
     clf = RobertaForSequenceClassification(config)
     long_text = " ".join(["the cat sat on the mat"] * 10)
@@ -316,7 +370,11 @@ def test_tagging_inputs_label_the_first_piece_of_each_word(tok):
     for k, (ws, ts) in enumerate(zip(words, tags)):
         pieces = [tok.encode(w, add_special_tokens=False).ids for w in ws]  # brute force: word by word
         n = 2 + sum(map(len, pieces))
-        assert enc["input_ids"][k, :n].tolist() == [tok.token_to_id("[CLS]"), *[i for p in pieces for i in p], tok.token_to_id("[SEP]")]
+        assert enc["input_ids"][k, :n].tolist() == [
+            tok.token_to_id("[CLS]"),
+            *[i for p in pieces for i in p],
+            tok.token_to_id("[SEP]"),
+        ]
         assert enc["attention_mask"][k].tolist() == [1] * n + [0] * (enc["input_ids"].size(1) - n)
         expected, where = [-100], [-1]
         for w, (p, t) in enumerate(zip(pieces, ts)):
@@ -339,7 +397,12 @@ def _noun_task(n: int, seed: int):
     nouns, others = ["cat", "dog", "bird", "chef"], ["the", "saw", "a", "near", "and", "happy"]
     items = []
     for _ in range(n):
-        words = [(nouns if int(torch.rand((), generator=g) < 0.4) else others)[int(torch.randint(4, (), generator=g))] for _ in range(6)]
+        words = [
+            (nouns if int(torch.rand((), generator=g) < 0.4) else others)[
+                int(torch.randint(4, (), generator=g))
+            ]
+            for _ in range(6)
+        ]
         items.append((words, [int(w in nouns) for w in words]))
     return items
 
@@ -348,7 +411,9 @@ def test_finetune_tagger_learns_and_reports_unseen_words(pretrained):
     model, tok, _ = pretrained
     train, test = _noun_task(64, 0), _noun_task(32, 1)
     test = test + [(["the", "fish", "saw", "a", "nurse"], [0, 1, 0, 0, 1])]  # two words never seen labelled
-    tagger, history = finetune_tagger(model, tok, train, num_labels=2, steps=60, batch_size=16, lr=3e-3, eval_items=test, eval_every=30)
+    tagger, history = finetune_tagger(
+        model, tok, train, num_labels=2, steps=60, batch_size=16, lr=3e-3, eval_items=test, eval_every=30
+    )
     assert isinstance(tagger, BertForTokenClassification) and not tagger.training
     scores = tagging_accuracy(tagger, tok, test, known_words={w for ws, _ in train for w in ws})
     assert history.evals["accuracy"][-1] == scores["accuracy"] > 0.9
@@ -358,8 +423,12 @@ def test_finetune_tagger_learns_and_reports_unseen_words(pretrained):
     # the body started from the pretrained weights; the new layer is the same for both starts
     t0, _ = finetune_tagger(model, tok, train, num_labels=2, steps=1, lr=1e-12)
     s0, _ = finetune_tagger(model.config, tok, train, num_labels=2, steps=1, lr=1e-12)
-    assert torch.allclose(t0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
-    assert not torch.allclose(s0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    assert torch.allclose(
+        t0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight
+    )
+    assert not torch.allclose(
+        s0.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight
+    )
     assert torch.allclose(t0.classifier.weight, s0.classifier.weight)
 
 
@@ -395,7 +464,61 @@ def test_save_and_load_round_trip(pretrained, tmp_path):
         save_pretrained_bert(tmp_path / "x", torch.nn.Linear(2, 2), tok)
 
 
-CLI_TINY = ["--size", "tiny", "--steps", "6", "--batch-size", "4", "--max-len", "32", "--vocab-size", "300", "--device", "cpu"]
+def test_a_new_bert_family_model_plugs_into_the_recipes_without_copying(docs, tok, tmp_path):
+    """How ALBERT (or any BERT-family model) joins: a class of its own, registered once; then
+    pretrain_bert trains it, save/load round-trips it by name and fine-tuning starts from it."""
+
+    class ReluHeadMaskedLM(BertForMaskedLM):  # a variant: its MLM head uses ReLU, not GELU
+        head_activation = "relu"
+
+    register_model(ReluHeadMaskedLM)
+    try:
+        model, tok2, history = pretrain_bert(
+            "tiny",
+            docs,
+            nsp=False,
+            model_class=ReluHeadMaskedLM,
+            tokenizer=tok,
+            heldout=None,
+            **{**TINY, "steps": 3},
+        )
+        assert type(model) is ReluHeadMaskedLM and len(history.loss) == 3
+        save_pretrained_bert(tmp_path / "relu", model, tok2)
+        assert (
+            json.loads((tmp_path / "relu" / "config.json").read_text())["architecture"] == "ReluHeadMaskedLM"
+        )
+        loaded, _ = load_pretrained_bert(tmp_path / "relu")
+        ids = torch.tensor([tok.encode("The cat sat on the mat.").ids])
+        with torch.no_grad():
+            assert type(loaded) is ReluHeadMaskedLM and torch.equal(
+                loaded(ids).mlm_logits, model(ids).mlm_logits
+            )
+        clf, clf_history = finetune_classifier(
+            model, tok, [("a cat", 0), ("a dog", 1)] * 4, steps=2, batch_size=4, device="cpu", progress=False
+        )  # starts from its body
+        assert isinstance(clf, BertForSequenceClassification) and len(clf_history.loss) == 2
+        with pytest.raises(ValueError, match="pair_objective"):
+            pretrain_bert("tiny", docs, nsp=True, model_class=ReluHeadMaskedLM, tokenizer=tok, **TINY)
+    finally:
+        MODEL_CLASSES.pop("ReluHeadMaskedLM")
+    with pytest.raises(ValueError, match="unknown architecture 'ReluHeadMaskedLM'"):
+        load_pretrained_bert(tmp_path / "relu")
+
+
+CLI_TINY = [
+    "--size",
+    "tiny",
+    "--steps",
+    "6",
+    "--batch-size",
+    "4",
+    "--max-len",
+    "32",
+    "--vocab-size",
+    "300",
+    "--device",
+    "cpu",
+]
 
 
 def _write_user_text(folder):
@@ -414,10 +537,20 @@ def _write_user_text(folder):
 def test_cli_on_user_text_writes_a_checkpoint_that_loads(tmp_path, capsys):
     _write_user_text(tmp_path / "text")
     out = tmp_path / "model"
-    assert course_main(["pretrain-bert", "--text", str(tmp_path / "text" / "*.txt"), "--out", str(out), *CLI_TINY]) == 0
+    assert (
+        course_main(
+            ["pretrain-bert", "--text", str(tmp_path / "text" / "*.txt"), "--out", str(out), *CLI_TINY]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "pretrained a tiny BERT" in printed and str(out) in printed
-    assert {p.name for p in out.iterdir()} >= {"model.safetensors", "model.json", "config.json", "tokenizer.json"}
+    assert {p.name for p in out.iterdir()} >= {
+        "model.safetensors",
+        "model.json",
+        "config.json",
+        "tokenizer.json",
+    }
     model, tok = load_pretrained_bert(out)
     assert isinstance(model, BertForPreTraining)
     ids = tok.encode("The river was cold.").ids
@@ -429,17 +562,49 @@ def test_cli_on_user_text_writes_a_checkpoint_that_loads(tmp_path, capsys):
 
 def test_cli_generated_corpus_without_nsp(tmp_path):
     out = tmp_path / "mlm"
-    assert course_main(["pretrain-bert", "--out", str(out), "--n-docs", "40", "--no-nsp", "--masking", "dynamic", *CLI_TINY]) == 0
+    assert (
+        course_main(
+            [
+                "pretrain-bert",
+                "--out",
+                str(out),
+                "--n-docs",
+                "40",
+                "--no-nsp",
+                "--masking",
+                "dynamic",
+                *CLI_TINY,
+            ]
+        )
+        == 0
+    )
     model, _ = load_pretrained_bert(out)
     assert isinstance(model, BertForMaskedLM)
     assert json.loads((out / "config.json").read_text())["architecture"] == "BertForMaskedLM"
 
 
 def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
-    assert course_main(["pretrain-bert", "--text", str(tmp_path / "missing" / "*.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]) == 2
+    assert (
+        course_main(
+            [
+                "pretrain-bert",
+                "--text",
+                str(tmp_path / "missing" / "*.txt"),
+                "--out",
+                str(tmp_path / "o"),
+                *CLI_TINY,
+            ]
+        )
+        == 2
+    )
     assert "no files match" in capsys.readouterr().err
     (tmp_path / "one.txt").write_text("Only one paragraph here. It has two sentences.")
-    assert course_main(["pretrain-bert", "--text", str(tmp_path / "one.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]) == 2
+    assert (
+        course_main(
+            ["pretrain-bert", "--text", str(tmp_path / "one.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]
+        )
+        == 2
+    )
     assert "--no-nsp" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit):

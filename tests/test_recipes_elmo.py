@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from course_lib.analysis import layer_vectors
 from course_lib.cli import main as course_main
 from course_lib.data import WordVocab, generate_corpus
 from course_lib.models.elmo import ElmoLanguageModel, words_to_char_ids
@@ -16,7 +17,6 @@ from course_lib.recipes.elmo import (
     ElmoLMData,
     build_vocab,
     elmo_config,
-    layer_vectors,
     load_pretrained_elmo,
     pretrain_elmo,
     random_word_sampler,
@@ -71,8 +71,12 @@ def test_sampler_epochs_cover_every_sentence_once_and_group_lengths(corpus):
         # recover the rows from the word ids: sentence i is the only one with its exact id row
         for row in b["word_ids"]:
             seen.append(tuple(row[row > 0].tolist()))
-    assert len(set(seen)) == len(seen) == per_epoch * 10  # no sentence twice in an epoch (the corpus has no duplicates)
-    assert sample(0)["word_ids"].tolist() == data.sampler(10, seed=3, group=5)(0)["word_ids"].tolist()  # reproducible
+    assert (
+        len(set(seen)) == len(seen) == per_epoch * 10
+    )  # no sentence twice in an epoch (the corpus has no duplicates)
+    assert (
+        sample(0)["word_ids"].tolist() == data.sampler(10, seed=3, group=5)(0)["word_ids"].tolist()
+    )  # reproducible
     random_width = sum(data.batch(torch.randperm(len(data))[:10])["mask"].shape[1] for _ in range(per_epoch))
     assert sum(widths) < random_width  # length grouping: less padding than random batches
     with pytest.raises(ValueError, match="batch_size"):
@@ -88,7 +92,10 @@ def test_random_word_sampler():
     words = ["<S>", "</S>", "jam", "cat", "bank"]
     spelled = words_to_char_ids([[words[i - 2] for i in row] for row in b["word_ids"].tolist()])[0]
     assert torch.equal(b["char_ids"].long(), spelled)
-    assert torch.equal(sample(3)["word_ids"], random_word_sampler(["jam", "cat", "bank"], length=5, batch_size=4, seed=0)(3)["word_ids"])
+    assert torch.equal(
+        sample(3)["word_ids"],
+        random_word_sampler(["jam", "cat", "bank"], length=5, batch_size=4, seed=0)(3)["word_ids"],
+    )
     assert not torch.equal(sample(3)["word_ids"], sample(4)["word_ids"])
     with pytest.raises(ValueError, match="distinct"):
         random_word_sampler(["jam", "jam"], length=3, batch_size=2)
@@ -97,15 +104,21 @@ def test_random_word_sampler():
 
 
 def test_tiny_training_lowers_the_loss_and_is_honest(corpus):
-    model, vocab, history = pretrain_elmo("tiny", corpus, steps=40, batch_size=16, heldout=32, device="cpu", progress=False)
+    model, vocab, history = pretrain_elmo(
+        "tiny", corpus, steps=40, batch_size=16, heldout=32, device="cpu", progress=False
+    )
     assert model.config.vocab_size == len(vocab) and not model.training
     assert len(history.loss) == 40
     assert sum(history.loss[-5:]) / 5 < sum(history.loss[:5]) / 5 - 0.5
     ev = {k: v[-1] for k, v in history.evals.items()}
     assert set(ev) == {"forward_loss", "backward_loss", "prefix_forward_loss"}
     assert ev["forward_loss"] < math.log(len(vocab))  # better than a uniform guess on held-out sentences
-    assert abs(ev["prefix_forward_loss"] - ev["forward_loss"]) < 1e-4  # an honest forward LM never looks ahead
-    quick = pretrain_elmo("tiny", corpus, steps=2, batch_size=16, heldout=32, prefix_eval=False, device="cpu", progress=False)
+    assert (
+        abs(ev["prefix_forward_loss"] - ev["forward_loss"]) < 1e-4
+    )  # an honest forward LM never looks ahead
+    quick = pretrain_elmo(
+        "tiny", corpus, steps=2, batch_size=16, heldout=32, prefix_eval=False, device="cpu", progress=False
+    )
     assert set(quick.history.evals) == {"forward_loss", "backward_loss"}
 
 
@@ -122,27 +135,56 @@ def test_layer_vectors_match_the_model(corpus):
 
 def test_cache_name_trains_once_then_loads(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_CACHE", str(tmp_path))
-    first = pretrain_elmo("tiny", corpus, steps=5, batch_size=8, heldout=16, device="cpu", cache_name="t-elmo", progress=False)
-    second = pretrain_elmo("tiny", corpus, steps=5, batch_size=8, heldout=16, device="cpu", cache_name="t-elmo", progress=False)
+    first = pretrain_elmo(
+        "tiny", corpus, steps=5, batch_size=8, heldout=16, device="cpu", cache_name="t-elmo", progress=False
+    )
+    second = pretrain_elmo(
+        "tiny", corpus, steps=5, batch_size=8, heldout=16, device="cpu", cache_name="t-elmo", progress=False
+    )
     assert not first.history.loaded and second.history.loaded
     assert second.history.loss == first.history.loss
     for (n, a), (_, b) in zip(first.model.state_dict().items(), second.model.state_dict().items()):
         assert torch.equal(a, b), n
-    naive = pretrain_elmo("tiny", corpus, steps=5, batch_size=8, heldout=16, device="cpu", cache_name="t-elmo",
-                          naive_bidirectional=True, progress=False)
+    naive = pretrain_elmo(
+        "tiny",
+        corpus,
+        steps=5,
+        batch_size=8,
+        heldout=16,
+        device="cpu",
+        cache_name="t-elmo",
+        naive_bidirectional=True,
+        progress=False,
+    )
     assert not naive.history.loaded and naive.model.config.naive_bidirectional  # a different spec: trained
 
 
 def test_cli_writes_a_checkpoint_that_loads(tmp_path, capsys):
     out = tmp_path / "elmo"
-    args = ["train-elmo", "--size", "tiny", "--steps", "6", "--n-sentences", "200", "--batch-size", "8", "--device", "cpu", "--out", str(out)]
+    args = [
+        "train-elmo",
+        "--size",
+        "tiny",
+        "--steps",
+        "6",
+        "--n-sentences",
+        "200",
+        "--batch-size",
+        "8",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     assert course_main(args) == 0
     printed = capsys.readouterr().out
     assert "trained a tiny ELMo biLM" in printed and "held-out:" in printed
     model, vocab = load_pretrained_elmo(out)
     assert isinstance(model, ElmoLanguageModel) and len(vocab) == model.config.vocab_size
     # the command runs the same recipe as pretrain_elmo: the same weights
-    same = pretrain_elmo("tiny", generate_corpus(200, seed=0), steps=6, batch_size=8, device="cpu", progress=False)
+    same = pretrain_elmo(
+        "tiny", generate_corpus(200, seed=0), steps=6, batch_size=8, device="cpu", progress=False
+    )
     for (n, a), (_, b) in zip(model.state_dict().items(), same.model.state_dict().items()):
         assert torch.equal(a, b), n
     assert vocab.itos == same.vocab.itos
@@ -155,21 +197,78 @@ def test_cli_trains_on_the_users_text_files(tmp_path, capsys):
     (folder / "a.txt").write_text(story)
     (folder / "b.txt").write_text("A quokka is small. " * 30)
     out = tmp_path / "mine"
-    assert course_main(["train-elmo", "--text", str(folder / "*.txt"), "--size", "tiny", "--steps", "3", "--batch-size", "4",
-                        "--device", "cpu", "--out", str(out)]) == 0
+    assert (
+        course_main(
+            [
+                "train-elmo",
+                "--text",
+                str(folder / "*.txt"),
+                "--size",
+                "tiny",
+                "--steps",
+                "3",
+                "--batch-size",
+                "4",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     model, vocab = load_pretrained_elmo(out)
     assert "zyxwort" in vocab and "quokka" in vocab
 
 
 def test_clear_errors(tmp_path, corpus, capsys):
     # the command: a missing text source, an empty file, a batch larger than the text
-    assert course_main(["train-elmo", "--text", str(tmp_path / "nope.txt"), "--size", "tiny", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        course_main(
+            [
+                "train-elmo",
+                "--text",
+                str(tmp_path / "nope.txt"),
+                "--size",
+                "tiny",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "empty.txt").write_text("   \n\n")
-    assert course_main(["train-elmo", "--text", str(tmp_path / "empty.txt"), "--size", "tiny", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        course_main(
+            [
+                "train-elmo",
+                "--text",
+                str(tmp_path / "empty.txt"),
+                "--size",
+                "tiny",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     assert "no words" in capsys.readouterr().err
     (tmp_path / "short.txt").write_text("One sentence. Two sentences here.")
-    assert course_main(["train-elmo", "--text", str(tmp_path / "short.txt"), "--size", "tiny", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        course_main(
+            [
+                "train-elmo",
+                "--text",
+                str(tmp_path / "short.txt"),
+                "--size",
+                "tiny",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
     assert "batch_size" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         course_main(["train-elmo", "--steps", "0", "--out", str(tmp_path / "x")])

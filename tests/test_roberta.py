@@ -130,7 +130,13 @@ def test_length_limit_counts_the_reserved_positions():
 
 def test_config_defaults_are_roberta_base():
     c = RobertaConfig()
-    assert (c.vocab_size, c.max_position_embeddings, c.type_vocab_size, c.pad_token_id, c.max_len) == (50265, 514, 1, 1, 512)
+    assert (c.vocab_size, c.max_position_embeddings, c.type_vocab_size, c.pad_token_id, c.max_len) == (
+        50265,
+        514,
+        1,
+        1,
+        512,
+    )
     with torch.device("meta"):
         assert RobertaModel(c).num_parameters() == 124_645_632
     with pytest.raises(TypeError, match="RobertaConfig"):

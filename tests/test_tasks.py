@@ -19,7 +19,9 @@ def test_targets_are_the_reversed_sources():
 
 
 def test_heldout_sequences_never_appear_in_training():
-    task = ReversalTask(n_symbols=3, min_len=2, max_len=3, n_heldout=20, seed=0)  # tiny space: clashes are common
+    task = ReversalTask(
+        n_symbols=3, min_len=2, max_len=3, n_heldout=20, seed=0
+    )  # tiny space: clashes are common
     held = {tuple(r.tolist()) for r in task.heldout()[0]}
     src, _ = task.batch(2000, torch.Generator().manual_seed(1))
     assert not held & {tuple(r.tolist()) for r in src}

@@ -11,8 +11,17 @@ TOL = 1e-5
 
 
 def tiny(**kw):
-    base = dict(src_vocab_size=23, tgt_vocab_size=19, d_model=32, n_heads=4, n_encoder_layers=2,
-                n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=16)
+    base = dict(
+        src_vocab_size=23,
+        tgt_vocab_size=19,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_len=16,
+    )
     base.update(kw)
     return TransformerConfig(**base)
 
@@ -21,8 +30,17 @@ def tiny(**kw):
 def test_parity_with_torch_transformer_post_ln(activation):
     cfg = tiny(final_norm=True, activation=activation)
     ours = Transformer(cfg).eval()
-    ref = nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2, dim_feedforward=64,
-                         dropout=0.0, activation=activation, batch_first=True, norm_first=False).eval()
+    ref = nn.Transformer(
+        d_model=32,
+        nhead=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dim_feedforward=64,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=False,
+    ).eval()
     copy_from_torch_transformer(ours, ref)
     src = torch.tensor([[5, 6, 7, 8, 9, 3], [4, 4, 2, 0, 0, 0]])  # second row padded (pad_id 0)
     tgt = torch.tensor([[1, 5, 6, 7], [1, 3, 0, 0]])
@@ -32,8 +50,15 @@ def test_parity_with_torch_transformer_post_ln(activation):
     torch.backends.mha.set_fastpath_enabled(False)  # compare every position, padded ones too
     try:
         with torch.no_grad():
-            ref_out = ref(x, y, tgt_mask=causal.isinf(), src_key_padding_mask=src == 0, tgt_key_padding_mask=tgt == 0,
-                          memory_key_padding_mask=src == 0, tgt_is_causal=True)
+            ref_out = ref(
+                x,
+                y,
+                tgt_mask=causal.isinf(),
+                src_key_padding_mask=src == 0,
+                tgt_key_padding_mask=tgt == 0,
+                memory_key_padding_mask=src == 0,
+                tgt_is_causal=True,
+            )
             memory, _ = ours.encode(src)
             out, _ = ours.decode(tgt, memory, ours.src_mask(src))
             ref_mem = ref.encoder(x, src_key_padding_mask=src == 0)
@@ -131,7 +156,7 @@ def test_positional_encoding_properties():
     rot[1::2, 0::2] = torch.diag(s)
     rot[0::2, 1::2] = torch.diag(-s)  # cos(a + b) = cos a cos b - sin a sin b
     rot[1::2, 1::2] = torch.diag(c)
-    assert (pe[:50].double() @ rot - pe[k:50 + k].double()).abs().max() < 1e-5
+    assert (pe[:50].double() @ rot - pe[k : 50 + k].double()).abs().max() < 1e-5
 
 
 def test_too_long_input_names_the_limit():

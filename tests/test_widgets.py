@@ -23,8 +23,17 @@ def test_temperature_matches_scaling_the_scores():
 
 def small_model():
     torch.manual_seed(0)
-    cfg = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, n_encoder_layers=2,
-                            n_decoder_layers=3, d_ff=32, dropout=0.0, max_len=16)
+    cfg = TransformerConfig(
+        src_vocab_size=12,
+        tgt_vocab_size=12,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        d_ff=32,
+        dropout=0.0,
+        max_len=16,
+    )
     return Transformer(cfg).eval()
 
 
@@ -42,8 +51,13 @@ def test_explorer_widget_callbacks_update_the_plot():
     m = small_model()
     src, tgt = torch.tensor([[4, 5, 6, 7]]), torch.tensor([[1, 7, 8]])
     w = transformer_attention(m, src, tgt)
-    labels = {k: (["a", "b", "c", "d"] if k != "decoder self-attention" else ["<s>", "x", "y"],
-                  ["a", "b", "c", "d"] if k == "encoder self-attention" else ["<s>", "x", "y"]) for k in w}
+    labels = {
+        k: (
+            ["a", "b", "c", "d"] if k != "decoder self-attention" else ["<s>", "x", "y"],
+            ["a", "b", "c", "d"] if k == "encoder self-attention" else ["<s>", "x", "y"],
+        )
+        for k in w
+    }
     ex = AttentionExplorer(w, labels)
     box = ex.widget()
     assert ex.draws == 1  # interactive_output renders once at creation

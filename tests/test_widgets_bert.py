@@ -13,9 +13,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from course_lib.data import generate_documents, train_byte_bpe, train_wordpiece  # noqa: E402
-from course_lib.mlm import KEPT, MASKED, RANDOM  # noqa: E402
 from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel  # noqa: E402
 from course_lib.models.roberta import RobertaConfig, RobertaForMaskedLM  # noqa: E402
+from course_lib.objectives import KEPT, MASKED, RANDOM  # noqa: E402
 from course_lib.widgets import AttentionExplorer, MaskingWidget, bert_attention, bert_attention_explorer  # noqa: E402
 
 LONG = "The keys to the old cabinet are on the table near the window of the quiet house in the city."
@@ -29,7 +29,9 @@ def tok():
 @pytest.fixture(scope="module")
 def model(tok):
     torch.manual_seed(0)
-    cfg = BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=2, d_ff=64, max_len=64, dropout=0.0)
+    cfg = BertConfig.from_course(
+        vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=2, d_ff=64, max_len=64, dropout=0.0
+    )
     return BertForMaskedLM(cfg).eval()
 
 
@@ -62,7 +64,11 @@ def test_rows_are_consistent_with_the_actions(model, tok):
             assert r.action == "random" and r.shown not in specials
         if r.chosen:
             probs = [p for _, p in r.predictions]
-            assert len(r.predictions) == 4 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
+            assert (
+                len(r.predictions) == 4
+                and probs == sorted(probs, reverse=True)
+                and 0 < sum(probs) <= 1 + 1e-6
+            )
     counts = d.counts()
     assert sum(counts.values()) == d.n_chosen
     assert "top predictions" in d.to_text() and d.to_html().startswith("<table")
@@ -106,12 +112,22 @@ def test_the_80_10_10_split_over_many_draws(model, tok):
 def test_masking_widget_works_with_a_pretraining_model_and_byte_bpe():
     docs = generate_documents(30, seed=2)
     bpe = train_byte_bpe(docs, vocab_size=400)
-    cfg = RobertaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=66)
+    cfg = RobertaConfig(
+        vocab_size=bpe.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=66,
+    )
     d = MaskingWidget(RobertaForMaskedLM(cfg).eval(), bpe, text="The cat sleeps.", rate=1.0).draw()
     assert d.rows[0].token == "<s>" and not d.rows[0].chosen and d.n_chosen == len(d.rows) - 2
     wp = train_wordpiece(docs, vocab_size=300)
-    pre = BertForPreTraining(BertConfig.from_course(vocab_size=wp.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, d_ff=64, max_len=32))
+    pre = BertForPreTraining(
+        BertConfig.from_course(
+            vocab_size=wp.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, d_ff=64, max_len=32
+        )
+    )
     d = MaskingWidget(pre.eval(), wp, text="The cat sleeps.", rate=1.0, k=2).draw()
     assert all(len(r.predictions) == 2 for r in d.rows if r.chosen)
 
@@ -160,7 +176,9 @@ def test_masking_widget_callbacks(model, tok):
 
 
 def test_bert_attention_shapes_and_rows(model, tok):
-    weights, labels = bert_attention(model, tok, {"a": "The cat sleeps.", "pair": "The cat sleeps. ||| It is tired."})
+    weights, labels = bert_attention(
+        model, tok, {"a": "The cat sleeps.", "pair": "The cat sleeps. ||| It is tired."}
+    )
     assert list(weights) == ["a", "pair"]
     n = len(tok.encode("The cat sleeps.").ids)
     assert len(weights["a"]) == model.config.num_hidden_layers
@@ -171,32 +189,48 @@ def test_bert_attention_shapes_and_rows(model, tok):
     # the same weights the model reports for the pair, with its segment ids
     enc = tok.encode("The cat sleeps.", "It is tired.")
     with torch.no_grad():
-        ref = model.bert(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]), output_attentions=True).attentions
+        ref = model.bert(
+            torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]), output_attentions=True
+        ).attentions
     for ours, theirs in zip(weights["pair"], ref):
         torch.testing.assert_close(ours, theirs[0])
 
 
 def test_bert_attention_explorer_widget_draws_the_chosen_head(model, tok):
     explorer = bert_attention_explorer(model.bert, tok, ["The cat sleeps.", "A dog barks loudly."])
-    assert isinstance(explorer, AttentionExplorer) and explorer.kinds == ["The cat sleeps.", "A dog barks loudly."]
+    assert isinstance(explorer, AttentionExplorer) and explorer.kinds == [
+        "The cat sleeps.",
+        "A dog barks loudly.",
+    ]
     weights, _ = bert_attention(model, tok, ["The cat sleeps.", "A dog barks loudly."])
     box = explorer.widget()
     explorer.kind_w.value = "A dog barks loudly."
     explorer.layer_w.value = 1
     explorer.head_w.value = 1
     assert explorer.last is not None
-    torch.testing.assert_close(torch.as_tensor(explorer.last).float(), weights["A dog barks loudly."][1][1], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.as_tensor(explorer.last).float(), weights["A dog barks loudly."][1][1], atol=1e-6, rtol=1e-5
+    )
     fig = explorer.draw("The cat sleeps.", 0, 0)
     assert fig.axes and box is not None
     plt.close("all")
 
 
 def test_bert_attention_with_roberta_and_errors(tok):
-    cfg = RobertaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=66, pad_token_id=0)
+    cfg = RobertaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=66,
+        pad_token_id=0,
+    )
     weights, _ = bert_attention(RobertaForMaskedLM(cfg).eval(), tok, "The cat sleeps. ||| It is tired.")
     assert len(weights) == 1 and len(next(iter(weights.values()))) == 1
-    body = BertModel(BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=32))
+    body = BertModel(
+        BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=32)
+    )
     with pytest.raises(ValueError, match="pair"):
         bert_attention(body, tok, "a ||| b ||| c")
     with pytest.raises(ValueError, match="at least one"):

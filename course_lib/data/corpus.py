@@ -74,22 +74,74 @@ __all__ = [
 
 #: Universal POS tags used by the corpus (index = tag id for a POS probe).
 UPOS_TAGS: tuple[str, ...] = (
-    "ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM",
-    "PART", "PRON", "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X",
+    "ADJ",
+    "ADP",
+    "ADV",
+    "AUX",
+    "CCONJ",
+    "DET",
+    "INTJ",
+    "NOUN",
+    "NUM",
+    "PART",
+    "PRON",
+    "PROPN",
+    "PUNCT",
+    "SCONJ",
+    "SYM",
+    "VERB",
+    "X",
 )
 
 #: Dependency relations the grammar produces (Universal Dependencies v2 names).
 DEPRELS: tuple[str, ...] = (
-    "root", "nsubj", "nsubj:pass", "obj", "obl", "obl:agent", "obl:tmod", "nmod", "nmod:poss",
-    "amod", "nummod", "det", "case", "compound", "flat", "aux", "aux:pass", "cop", "mark",
-    "advmod", "advcl", "ccomp", "xcomp", "acl:relcl", "conj", "cc", "expl", "punct",
+    "root",
+    "nsubj",
+    "nsubj:pass",
+    "obj",
+    "obl",
+    "obl:agent",
+    "obl:tmod",
+    "nmod",
+    "nmod:poss",
+    "amod",
+    "nummod",
+    "det",
+    "case",
+    "compound",
+    "flat",
+    "aux",
+    "aux:pass",
+    "cop",
+    "mark",
+    "advmod",
+    "advcl",
+    "ccomp",
+    "xcomp",
+    "acl:relcl",
+    "conj",
+    "cc",
+    "expl",
+    "punct",
 )
 
 #: Phenomenon labels a sentence can carry.
 PHENOMENA: tuple[str, ...] = (
-    "agreement", "attractor", "relative_clause", "pp_modifier", "coordination",
-    "subordinate", "complement", "passive", "copula", "existential", "negation",
-    "name", "pronoun", "sense", "jam",
+    "agreement",
+    "attractor",
+    "relative_clause",
+    "pp_modifier",
+    "coordination",
+    "subordinate",
+    "complement",
+    "passive",
+    "copula",
+    "existential",
+    "negation",
+    "name",
+    "pronoun",
+    "sense",
+    "jam",
 )
 
 
@@ -286,9 +338,17 @@ def to_conllu(sentences) -> str:
 
 _PENDING = -2  # head not assigned yet
 
-_BE = {("present", "1sg"): "am", ("present", "3sg"): "is", ("present", "pl"): "are",
-       ("past", "1sg"): "was", ("past", "3sg"): "was", ("past", "pl"): "were"}
-_AN_EXCEPTIONS_A = frozenset({"user", "useful", "useless", "uniform", "unit", "union", "usual", "european", "one"})
+_BE = {
+    ("present", "1sg"): "am",
+    ("present", "3sg"): "is",
+    ("present", "pl"): "are",
+    ("past", "1sg"): "was",
+    ("past", "3sg"): "was",
+    ("past", "pl"): "were",
+}
+_AN_EXCEPTIONS_A = frozenset(
+    {"user", "useful", "useless", "uniform", "unit", "union", "usual", "european", "one"}
+)
 _AN_EXCEPTIONS_AN = frozenset({"hour", "honest", "heir"})
 
 _SUBJ_PRON = {"1sg": ("I",), "3sg": ("he", "she"), "pl": ("we", "they", "you")}
@@ -300,20 +360,56 @@ _MARKERS = ("Then", "Later", "Afterwards", "Soon", "Suddenly", "Finally", "Next"
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _SUBORD = ("because", "when", "after", "before", "while", "although", "if")
 _NUMERALS = ("two", "three", "four", "five", "six", "ten")
-_STATIVE = frozenset({"know", "believe", "like", "love", "hate", "want", "need", "hope", "understand",
-                      "remember", "forget", "see", "hear", "notice", "own", "think", "feel", "smell", "taste"})
+_STATIVE = frozenset(
+    {
+        "know",
+        "believe",
+        "like",
+        "love",
+        "hate",
+        "want",
+        "need",
+        "hope",
+        "understand",
+        "remember",
+        "forget",
+        "see",
+        "hear",
+        "notice",
+        "own",
+        "think",
+        "feel",
+        "smell",
+        "taste",
+    }
+)
 _MODALS = ("can", "will", "should", "must", "could", "would", "might")
 _LOC_PREPS = ("in", "in", "in", "near", "at", "behind", "outside")
 
 # PP modifiers of a noun by its class: (preposition, tags of the noun inside the PP)
 _PP_MOD: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    "person": (("with", ("ownable", "animal")), ("from", ("place",)), ("near", ("place", "object")), ("of", ("person",))),
-    "animal": (("with", ("object",)), ("near", ("place", "object", "plant")), ("from", ("place",)), ("behind", ("physical",))),
+    "person": (
+        ("with", ("ownable", "animal")),
+        ("from", ("place",)),
+        ("near", ("place", "object")),
+        ("of", ("person",)),
+    ),
+    "animal": (
+        ("with", ("object",)),
+        ("near", ("place", "object", "plant")),
+        ("from", ("place",)),
+        ("behind", ("physical",)),
+    ),
     "food": (("on", ("object",)), ("in", ("object", "place")), ("from", ("place",)), ("near", ("object",))),
     "drink": (("in", ("object",)), ("from", ("place",))),
     "vehicle": (("near", ("place", "vehicle")), ("behind", ("vehicle", "place")), ("with", ("object",))),
     "place": (("near", ("place",)), ("behind", ("place",)), ("in", ("place",))),
-    "object": (("on", ("object",)), ("under", ("object", "plant")), ("near", ("physical",)), ("in", ("place", "object"))),
+    "object": (
+        ("on", ("object",)),
+        ("under", ("object", "plant")),
+        ("near", ("physical",)),
+        ("in", ("place", "object")),
+    ),
     "text": (("about", ("animal", "person", "place", "food", "event")), ("on", ("object",))),
     "instrument": (("in", ("place",)), ("near", ("object",))),
     "music": (("about", ("animal", "person", "place", "weather")),),
@@ -329,26 +425,75 @@ _PP_MOD: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 # Winograd-style schemas: subjects, verb, preposition, objects, adjectives that make "it"
 # the subject, adjectives that make "it" the object.
 _WINOGRAD = (
-    (("animal", "dog", "cat", "horse", "cow", "sheep", "goat", "deer", "fox", "rabbit", "donkey", "camel", "turtle"),
-     "cross", None, ("street", "road", "river", "bridge", "highway", "avenue"),
-     ("tired", "scared", "old", "weak", "slow", "nervous", "lazy"), ("wide", "busy", "dangerous", "crowded", "long", "noisy")),
-    (("animal", "dog", "cat", "horse", "goat", "deer", "fox", "rabbit", "donkey", "pig", "sheep"),
-     "jump", "over", ("fence", "wall", "gate", "log", "rock"),
-     ("tired", "old", "heavy", "small", "lazy", "weak"), ("high", "tall", "wide", "big")),
-    (("animal", "dog", "cat", "horse", "pig", "goat", "rabbit", "bear", "monkey", "cow"),
-     "eat", None, ("food", "soup", "meat", "bread", "cake", "cheese", "fish", "porridge"),
-     ("full", "sick", "tired", "picky"), ("hot", "old", "dry", "salty", "spicy", "stale", "cold")),
-    (("animal", "dog", "horse", "cow", "bear", "pig", "elephant", "camel", "sheep"),
-     "fit", "through", ("door", "gate", "window", "hole", "tunnel"),
-     ("big", "fat", "large", "tall"), ("small", "narrow", "tiny", "low")),
-    (("trophy", "box", "ball", "book", "toy", "bottle", "lamp", "guitar", "computer", "pillow"),
-     "fit", "in", ("suitcase", "box", "bag", "drawer", "basket", "backpack"),
-     ("big", "large", "heavy", "long"), ("small", "full", "narrow", "tiny")),
+    (
+        (
+            "animal",
+            "dog",
+            "cat",
+            "horse",
+            "cow",
+            "sheep",
+            "goat",
+            "deer",
+            "fox",
+            "rabbit",
+            "donkey",
+            "camel",
+            "turtle",
+        ),
+        "cross",
+        None,
+        ("street", "road", "river", "bridge", "highway", "avenue"),
+        ("tired", "scared", "old", "weak", "slow", "nervous", "lazy"),
+        ("wide", "busy", "dangerous", "crowded", "long", "noisy"),
+    ),
+    (
+        ("animal", "dog", "cat", "horse", "goat", "deer", "fox", "rabbit", "donkey", "pig", "sheep"),
+        "jump",
+        "over",
+        ("fence", "wall", "gate", "log", "rock"),
+        ("tired", "old", "heavy", "small", "lazy", "weak"),
+        ("high", "tall", "wide", "big"),
+    ),
+    (
+        ("animal", "dog", "cat", "horse", "pig", "goat", "rabbit", "bear", "monkey", "cow"),
+        "eat",
+        None,
+        ("food", "soup", "meat", "bread", "cake", "cheese", "fish", "porridge"),
+        ("full", "sick", "tired", "picky"),
+        ("hot", "old", "dry", "salty", "spicy", "stale", "cold"),
+    ),
+    (
+        ("animal", "dog", "horse", "cow", "bear", "pig", "elephant", "camel", "sheep"),
+        "fit",
+        "through",
+        ("door", "gate", "window", "hole", "tunnel"),
+        ("big", "fat", "large", "tall"),
+        ("small", "narrow", "tiny", "low"),
+    ),
+    (
+        ("trophy", "box", "ball", "book", "toy", "bottle", "lamp", "guitar", "computer", "pillow"),
+        "fit",
+        "in",
+        ("suitcase", "box", "bag", "drawer", "basket", "backpack"),
+        ("big", "large", "heavy", "long"),
+        ("small", "full", "narrow", "tiny"),
+    ),
 )
 _WINOGRAD_AUX = ("did", "did", "could", "would")
 
 _FRUITS = ("apple", "strawberry", "cherry", "plum", "apricot", "raspberry", "peach", "orange", "grape")
-_TRAFFIC_PLACES = ("street", "road", "bridge", "highway", "avenue", "tunnel", "square", "crossing", "intersection")
+_TRAFFIC_PLACES = (
+    "street",
+    "road",
+    "bridge",
+    "highway",
+    "avenue",
+    "tunnel",
+    "square",
+    "crossing",
+    "intersection",
+)
 _BREAD = ("toast", "bread", "pancake", "muffin", "biscuit", "bagel", "croissant", "waffle")
 
 
@@ -484,10 +629,18 @@ class _Grammar:
             self.adj_for_class[cls] = list(seen)
         self.ambiguous = sorted(lex.senses)
         kinds = [
-            ("clause", cfg.w_clause), ("coordination", cfg.w_coordination), ("subordinate", cfg.w_subordinate),
-            ("complement", cfg.w_complement), ("passive", cfg.w_passive), ("copula", cfg.w_copula),
-            ("existential", cfg.w_existential), ("agreement", cfg.w_agreement), ("name", cfg.w_name),
-            ("pronoun", cfg.w_pronoun), ("jam", cfg.w_jam), ("sense", cfg.w_sense),
+            ("clause", cfg.w_clause),
+            ("coordination", cfg.w_coordination),
+            ("subordinate", cfg.w_subordinate),
+            ("complement", cfg.w_complement),
+            ("passive", cfg.w_passive),
+            ("copula", cfg.w_copula),
+            ("existential", cfg.w_existential),
+            ("agreement", cfg.w_agreement),
+            ("name", cfg.w_name),
+            ("pronoun", cfg.w_pronoun),
+            ("jam", cfg.w_jam),
+            ("sense", cfg.w_sense),
         ]
         if any(w < 0 for _, w in kinds) or sum(w for _, w in kinds) <= 0:
             raise ValueError("CorpusConfig sentence-kind weights must be >= 0 and not all 0")
@@ -542,8 +695,18 @@ class _Grammar:
             return h
         return self.add_name(b, tuple(toks), rel)
 
-    def np(self, b: _Builder, noun: Noun, rel: str, depth: int, *, plural: bool | None = None,
-           det: str | None = None, modify: bool = True, adjectives: bool = True) -> int:
+    def np(
+        self,
+        b: _Builder,
+        noun: Noun,
+        rel: str,
+        depth: int,
+        *,
+        plural: bool | None = None,
+        det: str | None = None,
+        modify: bool = True,
+        adjectives: bool = True,
+    ) -> int:
         """Append a noun phrase headed by ``noun``; return the head's index."""
         rng, cfg = self.rng, self.cfg
         if plural is None:
@@ -556,12 +719,33 @@ class _Grammar:
         if det is None:
             r = rng.random()
             if noun.plural is None:  # mass noun
-                det = "" if r < 0.45 else ("the" if r < 0.85 else rng.choice(("some", "this", "that", "my", "our", "their")))
+                det = (
+                    ""
+                    if r < 0.45
+                    else ("the" if r < 0.85 else rng.choice(("some", "this", "that", "my", "our", "their")))
+                )
             elif plural:
-                det = "the" if r < 0.4 else ("" if r < 0.62 else rng.choice(
-                    ("some", "these", "those", "many", "my", "his", "her", "their", "our") + _NUMERALS))
+                det = (
+                    "the"
+                    if r < 0.4
+                    else (
+                        ""
+                        if r < 0.62
+                        else rng.choice(
+                            ("some", "these", "those", "many", "my", "his", "her", "their", "our") + _NUMERALS
+                        )
+                    )
+                )
             else:
-                det = "the" if r < 0.55 else ("a" if r < 0.82 else rng.choice(("this", "that", "my", "his", "her", "their", "our", "every")))
+                det = (
+                    "the"
+                    if r < 0.55
+                    else (
+                        "a"
+                        if r < 0.82
+                        else rng.choice(("this", "that", "my", "his", "her", "their", "our", "every"))
+                    )
+                )
         if det:
             if det in _POSS:
                 pre.append(b.add(det, "PRON", "nmod:poss"))
@@ -616,8 +800,16 @@ class _Grammar:
         b.phen.add("pp_modifier")
         return True
 
-    def relative(self, b: _Builder, noun: Noun, h: int, depth: int, *, subject_rel: bool | None = None,
-                 topic: str | None = None) -> bool:
+    def relative(
+        self,
+        b: _Builder,
+        noun: Noun,
+        h: int,
+        depth: int,
+        *,
+        subject_rel: bool | None = None,
+        topic: str | None = None,
+    ) -> bool:
         rng = self.rng
         if subject_rel is None:
             subject_rel = rng.random() < 0.5
@@ -657,8 +849,16 @@ class _Grammar:
         b.phen.add("relative_clause")
         return True
 
-    def subject(self, b: _Builder, tags: tuple[str, ...], topic: str | None, depth: int, *,
-                modify: bool = True, rel: str = "nsubj") -> _Subject:
+    def subject(
+        self,
+        b: _Builder,
+        tags: tuple[str, ...],
+        topic: str | None,
+        depth: int,
+        *,
+        modify: bool = True,
+        rel: str = "nsubj",
+    ) -> _Subject:
         """Append a subject (noun phrase, name, pronoun or the document's protagonist)."""
         rng, cfg = self.rng, self.cfg
         person_ok = "person" in tags or "animate" in tags or "any" in tags
@@ -763,11 +963,23 @@ class _Grammar:
             return "past" if r < 0.75 else ("pastprog" if r < 0.85 else ("perfect" if r < 0.92 else "modal"))
         if doc == "present":
             return "present" if r < 0.7 else ("prog" if r < 0.82 else ("perfect" if r < 0.9 else "modal"))
-        return ("present" if r < 0.36 else "past" if r < 0.72 else "prog" if r < 0.8 else
-                "pastprog" if r < 0.85 else "perfect" if r < 0.93 else "modal")
+        return (
+            "present"
+            if r < 0.36
+            else "past"
+            if r < 0.72
+            else "prog"
+            if r < 0.8
+            else "pastprog"
+            if r < 0.85
+            else "perfect"
+            if r < 0.93
+            else "modal"
+        )
 
-    def complement(self, b: _Builder, frame: Frame, v: int, topic: str | None, depth: int, *,
-                   modify: bool = True) -> None:
+    def complement(
+        self, b: _Builder, frame: Frame, v: int, topic: str | None, depth: int, *, modify: bool = True
+    ) -> None:
         """Append what the frame needs after the verb: object, PP or that-clause."""
         rng = self.rng
         if frame.kind == "T":
@@ -813,7 +1025,9 @@ class _Grammar:
                     b.add("yesterday", "ADV", "advmod", v)
                 else:
                     a = b.add("last", "ADJ", "amod")
-                    h = b.add(rng.choice(("week", "night", "year", "summer", "winter")), "NOUN", "obl:tmod", v)
+                    h = b.add(
+                        rng.choice(("week", "night", "year", "summer", "winter")), "NOUN", "obl:tmod", v
+                    )
                     b.attach(a, h)
             elif tense in ("present", "prog") and r < 0.4:
                 if rng.random() < 0.5:
@@ -835,9 +1049,17 @@ class _Grammar:
 
     # ------------------------------------------------------------------ clauses
 
-    def clause(self, b: _Builder, topic: str | None, depth: int, *, kinds: str = "ITPC",
-               subject_pronoun: tuple[str, str, int] | None = None, tense: str | None = None,
-               force: Noun | None = None) -> int:
+    def clause(
+        self,
+        b: _Builder,
+        topic: str | None,
+        depth: int,
+        *,
+        kinds: str = "ITPC",
+        subject_pronoun: tuple[str, str, int] | None = None,
+        tense: str | None = None,
+        force: Noun | None = None,
+    ) -> int:
         """Append a clause; return its verb's index (its head is left for the caller).
 
         ``subject_pronoun = (pronoun, agr, antecedent)`` makes the subject a pronoun that
@@ -851,7 +1073,11 @@ class _Grammar:
         force_subject = False
         if force is not None:
             tags = [t for t in force.tags if t != "any"]
-            objs = [vf for vf in self.frames[topic_key] if vf[1].kind in "TP" and any(t in vf[1].obj for t in tags)]
+            objs = [
+                vf
+                for vf in self.frames[topic_key]
+                if vf[1].kind in "TP" and any(t in vf[1].obj for t in tags)
+            ]
             if not objs:
                 objs = [vf for t in tags for vf in self.by_obj.get(t, ())]
             subs = [vf for t in tags for vf in self.by_subj.get(t, ())]
@@ -868,7 +1094,9 @@ class _Grammar:
             if frame.kind == "C" and depth >= self.cfg.max_depth:
                 verb, frame = rng.choice(self.frames_of_kind[(topic_key, "T")])
         # subject
-        if subject_pronoun is not None and ("person" in frame.subj or "animate" in frame.subj or "any" in frame.subj):
+        if subject_pronoun is not None and (
+            "person" in frame.subj or "animate" in frame.subj or "any" in frame.subj
+        ):
             pron, agr, ante = subject_pronoun
             h = b.add(pron, "PRON", "nsubj")
             b.coref.append((h, ante))
@@ -1009,7 +1237,11 @@ class _Grammar:
             agr = "pl" if b.num[h] == "p" else "3sg"
             cop = b.add(_BE[(tense, agr)], "AUX", "cop")
             neg = b.add("not", "PART", "advmod") if rng.random() < self.cfg.p_negation else -1
-            adv = b.add(rng.choice(("very", "too", "quite", "really")), "ADV", "advmod") if rng.random() < 0.3 else -1
+            adv = (
+                b.add(rng.choice(("very", "too", "quite", "really")), "ADV", "advmod")
+                if rng.random() < 0.3
+                else -1
+            )
             root = b.add(rng.choice(self.adj_for_class[n.cls]), "ADJ", "root")
             for k in (h, cop, neg, adv):
                 if k >= 0:
@@ -1032,8 +1264,9 @@ class _Grammar:
                 if role.gender is None or s.gender is None or role.gender == s.gender:
                     break
                 role = self.noun(("person",), topic)
-            root = self.np(b, role, "root", 2, plural=s.agr == "pl",
-                           det="a" if s.agr != "pl" else "", modify=False)
+            root = self.np(
+                b, role, "root", 2, plural=s.agr == "pl", det="a" if s.agr != "pl" else "", modify=False
+            )
             b.attach(s.head, root)
             b.attach(cop, root)
             h = s.head
@@ -1109,7 +1342,9 @@ class _Grammar:
             b.attach(rv, h, "acl:relcl")
             b.phen.add("relative_clause")
         tense = rng.choice(("present", "present", "prog", "perfect", "pastprog"))
-        v, agree = self.verb_group(b, verb, "pl" if plural else "3sg", tense, rng.random() < self.cfg.p_negation)
+        v, agree = self.verb_group(
+            b, verb, "pl" if plural else "3sg", tense, rng.random() < self.cfg.p_negation
+        )
         b.attach(h, v)
         b.record_agreement(h, agree)
         self.complement(b, frame, v, topic, 2, modify=False)
@@ -1124,8 +1359,15 @@ class _Grammar:
             land = next(c for name, c in self.lex.places if name == city)
             cop = b.add("is", "AUX", "cop")
             d = b.add("a", "DET", "det")
-            adj = b.add(rng.choice(("big", "busy", "beautiful", "famous", "large", "old", "modern", "crowded")), "ADJ", "amod") \
-                if rng.random() < 0.6 else -1
+            adj = (
+                b.add(
+                    rng.choice(("big", "busy", "beautiful", "famous", "large", "old", "modern", "crowded")),
+                    "ADJ",
+                    "amod",
+                )
+                if rng.random() < 0.6
+                else -1
+            )
             if adj >= 0 and _needs_an(b.tok[adj]):
                 b.tok[d] = "an"
             root = b.add("city", "NOUN", "root")
@@ -1150,7 +1392,9 @@ class _Grammar:
         if len(toks) == 1 and rng.random() < 0.6:
             toks = (toks[0], rng.choice(self.lex.surnames))
         h = self.add_name(b, toks, "nsubj")
-        verb = self.verb_by_lemma[rng.choice(("visit", "live", "travel", "fly", "leave", "love", "reach", "work"))]
+        verb = self.verb_by_lemma[
+            rng.choice(("visit", "live", "travel", "fly", "leave", "love", "reach", "work"))
+        ]
         tense = rng.choice(("present", "past", "past", "perfect"))
         v, agree = self.verb_group(b, verb, "3sg", tense, False)
         b.attach(h, v)
@@ -1172,8 +1416,9 @@ class _Grammar:
         """The animal didn't cross the street because it was too tired / too wide."""
         return self.winograd(b, self.rng.random() < 0.5)
 
-    def winograd(self, b: _Builder, refers_to_subject: bool, schema: int | None = None,
-                 choices: dict | None = None) -> int:
+    def winograd(
+        self, b: _Builder, refers_to_subject: bool, schema: int | None = None, choices: dict | None = None
+    ) -> int:
         rng = self.rng
         k = rng.randrange(len(_WINOGRAD)) if schema is None else schema
         subjects, verb_lemma, prep, objects, subj_adj, obj_adj = _WINOGRAD[k]
@@ -1288,7 +1533,9 @@ class _Grammar:
                 place(be, rng.choice(("on", "near", "in")))
                 return be
             if r < 0.7:  # The bus was stuck in a jam on the highway.
-                subj_noun = self.by_lemma[rng.choice(("bus", "car", "taxi", "truck", "driver", "passenger", "ambulance", "van"))]
+                subj_noun = self.by_lemma[
+                    rng.choice(("bus", "car", "taxi", "truck", "driver", "passenger", "ambulance", "van"))
+                ]
                 s = self.np(b, subj_noun, "nsubj:pass", 2, modify=False)
                 aux = b.add(_BE[("past", "pl" if b.num[s] == "p" else "3sg")], "AUX", "aux:pass")
                 v = b.add("stuck", "VERB", "root")
@@ -1316,7 +1563,9 @@ class _Grammar:
         def jam_obj(rel: str, det: str) -> int:
             pre = []
             if det:
-                pre.append(b.add(det, "PRON" if det in _POSS else "DET", "nmod:poss" if det in _POSS else "det"))
+                pre.append(
+                    b.add(det, "PRON" if det in _POSS else "DET", "nmod:poss" if det in _POSS else "det")
+                )
             if fruit:
                 pre.append(b.add(fruit, "NOUN", "compound", num="s"))
             j = b.add("jam", "NOUN", rel, num="s")
@@ -1345,7 +1594,14 @@ class _Grammar:
         j = jam_obj("nsubj", "the")
         if rng.random() < 0.5:
             c = b.add(rng.choice(("on", "in")), "ADP", "case")
-            n = self.np(b, self.by_lemma[rng.choice(_BREAD + ("jar", "bowl", "plate"))], "nmod", 2, det="the", modify=False)
+            n = self.np(
+                b,
+                self.by_lemma[rng.choice(_BREAD + ("jar", "bowl", "plate"))],
+                "nmod",
+                2,
+                det="the",
+                modify=False,
+            )
             b.attach(c, n)
             b.attach(n, j)
         cop = b.add(rng.choice(("is", "was")), "AUX", "cop")
@@ -1391,8 +1647,18 @@ class _Grammar:
         toks, g = self.name()
         self.protagonist = _Protagonist(toks, g)
         sentences = [self.intro(topic)]
-        kinds = ("clause", "clause", "clause", "clause", "coordination", "subordinate", "complement",
-                 "passive", "copula", "existential")
+        kinds = (
+            "clause",
+            "clause",
+            "clause",
+            "clause",
+            "coordination",
+            "subordinate",
+            "complement",
+            "passive",
+            "copula",
+            "existential",
+        )
         for _ in range(n_sentences - 1):
             self.protagonist.here = -1
             b = _Builder()
@@ -1419,8 +1685,11 @@ class _Grammar:
         r = rng.random()
         if r < 0.5:  # Anna Smith was a young cook.
             cop = b.add(_BE[(tense, "3sg")], "AUX", "cop")
-            roles = [n for n in self.pool.get((topic, "person")) or self.pool[(None, "person")]
-                     if n.gender in (None, p.gender)]
+            roles = [
+                n
+                for n in self.pool.get((topic, "person")) or self.pool[(None, "person")]
+                if n.gender in (None, p.gender)
+            ]
             role = rng.choice(roles)
             root = self.np(b, role, "root", 2, plural=False, det="a", modify=False)
             b.attach(h, root)
@@ -1475,8 +1744,14 @@ def _check_topics(topics) -> tuple[str, ...]:
     return topics
 
 
-def generate_corpus(n_sentences: int, *, seed: int = 0, topics=None, config: CorpusConfig | None = None,
-                    kind: str | None = None) -> list[Sentence]:
+def generate_corpus(
+    n_sentences: int,
+    *,
+    seed: int = 0,
+    topics=None,
+    config: CorpusConfig | None = None,
+    kind: str | None = None,
+) -> list[Sentence]:
     """``n_sentences`` independent sentences, each on a random topic; same seed, same corpus.
 
     ``kind`` restricts every sentence to one construction (``"clause"``, ``"agreement"``,
@@ -1493,8 +1768,14 @@ def generate_corpus(n_sentences: int, *, seed: int = 0, topics=None, config: Cor
     return [g.sentence(choice(topics), kind) for _ in range(n_sentences)]
 
 
-def generate_documents(n_docs: int, *, seed: int = 0, sentences: tuple[int, int] = (3, 8), topics=None,
-                       config: CorpusConfig | None = None) -> list[Document]:
+def generate_documents(
+    n_docs: int,
+    *,
+    seed: int = 0,
+    sentences: tuple[int, int] = (3, 8),
+    topics=None,
+    config: CorpusConfig | None = None,
+) -> list[Document]:
     """``n_docs`` documents of ``sentences[0]..sentences[1]`` sentences, each on one topic.
 
     A document introduces a protagonist by full name, then mixes sentences about them (by
@@ -1545,10 +1826,14 @@ def _benchmark(n: int, seed: int) -> None:
     n_doc_sents = sum(len(d) for d in docs)
     stats = corpus_stats(sents)
     print(f"generate_corpus: {n} sentences in {dt:.2f} s = {n / dt * 60:,.0f} sentences/minute (one core)")
-    print(f"generate_documents: {len(docs)} documents, {n_doc_sents} sentences in {dt_docs:.2f} s "
-          f"= {n_doc_sents / dt_docs * 60:,.0f} sentences/minute")
-    print(f"tokens {stats['tokens']:,}, vocabulary {stats['vocabulary']:,}, "
-          f"length mean {stats['length_mean']:.1f} (min {stats['length_min']}, max {stats['length_max']})")
+    print(
+        f"generate_documents: {len(docs)} documents, {n_doc_sents} sentences in {dt_docs:.2f} s "
+        f"= {n_doc_sents / dt_docs * 60:,.0f} sentences/minute"
+    )
+    print(
+        f"tokens {stats['tokens']:,}, vocabulary {stats['vocabulary']:,}, "
+        f"length mean {stats['length_mean']:.1f} (min {stats['length_min']}, max {stats['length_max']})"
+    )
     for p, f in stats["phenomena"].items():
         print(f"  {p:16s} {f:6.1%}")
 

@@ -18,9 +18,9 @@ The word lists live as small tab-separated files in ``course_lib/data/lexicon/``
 Inflected forms were produced once with the ``lemminflect`` package and checked by hand;
 the files, not that tool, are the source of truth. Semantic *tags* are what verb frames and
 adjectives select for: each noun class carries its own name plus broader tags
-(``person`` -> ``person, animate, physical, any``; movable things also carry ``thing``), so ``eat`` (``T:animate>food``) takes
-people and animals as subjects and only food as object. That is what keeps the generated
-sentences from being word salad.
+(``person`` -> ``person, animate, physical, any``; movable things also carry ``thing``), so
+``eat`` (``T:animate>food``) takes people and animals as subjects and only food as object.
+That is what keeps the generated sentences from being word salad.
 """
 
 from __future__ import annotations
@@ -62,8 +62,18 @@ CLASS_TAGS: dict[str, tuple[str, ...]] = {
 
 #: The corpus topics, in a fixed order (documents keep to one topic).
 TOPICS: tuple[str, ...] = (
-    "food", "city", "animals", "nature", "school", "sports",
-    "music", "home", "work", "health", "travel", "tech",
+    "food",
+    "city",
+    "animals",
+    "nature",
+    "school",
+    "sports",
+    "music",
+    "home",
+    "work",
+    "health",
+    "travel",
+    "tech",
 )
 
 

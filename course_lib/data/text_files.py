@@ -26,8 +26,15 @@ from pathlib import Path
 from .corpus import Document, Sentence, generate_corpus, generate_documents
 from .words import split_sentences, word_tokenize
 
-__all__ = ["ENV_VAR", "find_text_files", "read_text_files", "load_documents", "load_sentences", "resolve_source",
-           "source_fingerprint"]
+__all__ = [
+    "ENV_VAR",
+    "find_text_files",
+    "read_text_files",
+    "load_documents",
+    "load_sentences",
+    "resolve_source",
+    "source_fingerprint",
+]
 
 ENV_VAR = "COURSE_TEXT"
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -59,7 +66,9 @@ def find_text_files(source: str | os.PathLike | list) -> list[Path]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         if not files:
-            raise ValueError(f"directory {text!r} holds no *.txt files (give a glob such as {text!r}/**/*.md)")
+            raise ValueError(
+                f"directory {text!r} holds no *.txt files (give a glob such as {text!r}/**/*.md)"
+            )
         return files
     return [path]
 
@@ -70,7 +79,7 @@ def _read(path: Path, encoding: str) -> str:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
         raise ValueError(
-            f"{path}: byte {exc.start} ({data[exc.start:exc.start + 1]!r}) is not valid {encoding}; "
+            f"{path}: byte {exc.start} ({data[exc.start : exc.start + 1]!r}) is not valid {encoding}; "
             f"pass encoding='latin-1' (or the file's real encoding), or re-save the file as UTF-8"
         ) from None
 
@@ -107,8 +116,14 @@ def resolve_source(source=None) -> str | None:
     return env or None
 
 
-def load_documents(source=None, *, n_docs: int = 2000, seed: int = 0, sentences: tuple[int, int] = (3, 8),
-                   encoding: str = "utf-8") -> list[Document]:
+def load_documents(
+    source=None,
+    *,
+    n_docs: int = 2000,
+    seed: int = 0,
+    sentences: tuple[int, int] = (3, 8),
+    encoding: str = "utf-8",
+) -> list[Document]:
     """Documents for training: ``n_docs`` generated ones, or all documents of the user's files."""
     src = resolve_source(source)
     if src is None:
@@ -116,8 +131,9 @@ def load_documents(source=None, *, n_docs: int = 2000, seed: int = 0, sentences:
     return read_text_files(src, encoding=encoding)
 
 
-def load_sentences(source=None, *, n_sentences: int = 20_000, seed: int = 0,
-                   encoding: str = "utf-8") -> list[Sentence]:
+def load_sentences(
+    source=None, *, n_sentences: int = 20_000, seed: int = 0, encoding: str = "utf-8"
+) -> list[Sentence]:
     """Sentences for training: ``n_sentences`` generated ones, or all sentences of the user's files."""
     src = resolve_source(source)
     if src is None:

@@ -3,7 +3,7 @@ r"""Tokenizers for every chapter: words, characters (ELMo), WordPiece (BERT), by
 * :class:`WordVocab`: a word-level vocabulary with ``<pad>=0, <unk>=1, <S>=2, </S>=3``
   (``<S>``/``</S>`` are the sentence boundary tokens of ELMo), batched into id tensors and
   boolean masks (True = a real token).
-* :func:`elmo_char_ids`: the character ids of allennlp's ELMo. Every token becomes 50 ids in
+* ELMo's character ids live in :mod:`course_lib.data.chars`. Every token becomes 50 ids in
   ``0..261``: ``[begin-of-word, utf-8 bytes..., end-of-word, padding...] + 1``; 0 is kept for
   padded positions, so a whole padded token is 50 zeros. The sentence boundaries ``<S>`` and
   ``</S>`` are the single "characters" 256 and 257 between the word markers.
@@ -36,9 +36,6 @@ import torch
 
 __all__ = [
     "WordVocab",
-    "ELMO_MAX_CHARS",
-    "ELMO_NUM_CHAR_IDS",
-    "elmo_char_ids",
     "BERT_SPECIALS",
     "ROBERTA_SPECIALS",
     "train_wordpiece",
@@ -52,7 +49,13 @@ __all__ = [
 ]
 
 BERT_SPECIALS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
-ROBERTA_SPECIALS: tuple[str, ...] = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0..4, pad = 1 as in RoBERTa
+ROBERTA_SPECIALS: tuple[str, ...] = (
+    "<s>",
+    "<pad>",
+    "</s>",
+    "<unk>",
+    "<mask>",
+)  # ids 0..4, pad = 1 as in RoBERTa
 
 
 def as_texts(items) -> list[str]:
@@ -68,11 +71,13 @@ def as_texts(items) -> list[str]:
     return out
 
 
-def _token_lists(items) -> list[Sequence[str]]:
+def token_lists(items) -> list[Sequence[str]]:
     out = []
     for it in items:
         if isinstance(it, str):
-            raise ValueError("expected token sequences (or Sentence objects), got a str: split it with word_tokenize first")
+            raise ValueError(
+                "expected token sequences (or Sentence objects), got a str: split it with word_tokenize first"
+            )
         out.append(it.tokens if hasattr(it, "tokens") else it)
     return out
 
@@ -97,8 +102,9 @@ class WordVocab:
             raise ValueError("WordVocab: duplicate words")
 
     @classmethod
-    def build(cls, sentences, *, min_count: int = 1, max_size: int | None = None,
-              lowercase: bool = False) -> "WordVocab":
+    def build(
+        cls, sentences, *, min_count: int = 1, max_size: int | None = None, lowercase: bool = False
+    ) -> "WordVocab":
         """Vocabulary of the words in ``sentences`` (Sentence objects or token lists), most frequent first.
 
         Ties in frequency are broken alphabetically, so the ids do not depend on the order of
@@ -109,7 +115,7 @@ class WordVocab:
         if max_size is not None and max_size <= len(cls.SPECIALS):
             raise ValueError(f"max_size must exceed the {len(cls.SPECIALS)} special tokens, got {max_size}")
         counts: Counter[str] = Counter()
-        for toks in _token_lists(sentences):
+        for toks in token_lists(sentences):
             counts.update(t.lower() for t in toks) if lowercase else counts.update(toks)
         words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
         if max_size is not None:
@@ -141,15 +147,21 @@ class WordVocab:
             out.append(self.itos[i])
         return out
 
-    def batch(self, sentences, *, add_bos_eos: bool = False, max_len: int | None = None,
-              device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(
+        self,
+        sentences,
+        *,
+        add_bos_eos: bool = False,
+        max_len: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids ``[B, T]`` (padded with 0) and mask ``[B, T]`` (True = real token).
 
         For a bidirectional LM with ``add_bos_eos=True``: the forward LM reads ``ids[:, :-1]``
         and predicts ``ids[:, 1:]``; the backward LM reads ``ids[:, 1:]`` and predicts
         ``ids[:, :-1]`` (both under ``mask[:, 1:] & mask[:, :-1]``).
         """
-        seqs = [self.encode(t, add_bos_eos=add_bos_eos) for t in _token_lists(sentences)]
+        seqs = [self.encode(t, add_bos_eos=add_bos_eos) for t in token_lists(sentences)]
         return pad_batch(seqs, pad_id=self.pad_id, max_len=max_len, device=device)
 
     def to_dict(self) -> dict:
@@ -157,11 +169,16 @@ class WordVocab:
 
     @classmethod
     def from_dict(cls, d: dict) -> "WordVocab":
-        return cls(d["itos"][len(cls.SPECIALS):], lowercase=d.get("lowercase", False))
+        return cls(d["itos"][len(cls.SPECIALS) :], lowercase=d.get("lowercase", False))
 
 
-def pad_batch(seqs: Sequence[Sequence[int]], *, pad_id: int, max_len: int | None = None,
-              device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_batch(
+    seqs: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    max_len: int | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad integer sequences: ``(ids [B, T] long, mask [B, T] bool)``; truncates at ``max_len``."""
     if len(seqs) == 0:
         raise ValueError("pad_batch needs at least one sequence")
@@ -178,58 +195,15 @@ def pad_batch(seqs: Sequence[Sequence[int]], *, pad_id: int, max_len: int | None
     return torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)
 
 
-# --------------------------------------------------------------------------- ELMo characters
-
-ELMO_MAX_CHARS = 50  # = course_lib.models.elmo.MAX_CHARS_PER_TOKEN
-ELMO_NUM_CHAR_IDS = 262  # 256 bytes + bos/eos sentence + bow/eow word + padding, + 1 for the 0 mask id
-
-
-def elmo_char_ids(sentences, *, add_bos_eos: bool = True, max_len: int | None = None,
-                  max_chars: int = ELMO_MAX_CHARS, device: torch.device | str | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """ELMo character ids ``[B, T, max_chars]`` (0 = padding) and the token mask ``[B, T]``.
-
-    Identical to allennlp's ``ELMoCharacterMapper``: a token is
-    ``[259, b_1 + 1, ..., b_k + 1, 260, 261, ...]`` for its utf-8 bytes ``b`` (truncated to
-    ``max_chars - 2``), ``<S>`` is ``[259, 257, 260, 261, ...]`` and ``</S>`` is
-    ``[259, 258, 260, 261, ...]``.
-
-    The data layer's spelling of :func:`course_lib.models.elmo.words_to_char_ids` (the one
-    implementation): it also takes :class:`~course_lib.data.corpus.Sentence` objects, adds
-    ``<S>``/``</S>`` by default, keeps at most ``max_len`` tokens per sentence (boundaries
-    included) and allows an empty sentence when no boundaries are added (an all-padding row).
-    """
-    from ..models.elmo import words_to_char_ids
-
-    if max_chars < 3:
-        raise ValueError(f"max_chars must be >= 3 (begin, one char, end), got {max_chars}")
-    if max_len is not None and max_len < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
-    seqs = [list(t) for t in _token_lists(sentences)]
-    if not seqs:
-        raise ValueError("elmo_char_ids needs at least one sentence")
-    if add_bos_eos:
-        seqs = [[WordVocab.BOS, *s, WordVocab.EOS] for s in seqs]
-    if max_len is not None:
-        seqs = [s[:max_len] for s in seqs]
-    filled = [i for i, s in enumerate(seqs) if s]
-    width = max(max(len(s) for s in seqs), 1)
-    chars = torch.zeros(len(seqs), width, max_chars, dtype=torch.long)
-    mask = torch.zeros(len(seqs), width, dtype=torch.bool)
-    if filled:  # an empty row (no words, no boundaries) stays all padding
-        c, m = words_to_char_ids([seqs[i] for i in filled], max_chars=max_chars)
-        chars[filled, : c.shape[1]], mask[filled, : m.shape[1]] = c, m
-    return chars.to(device), mask.to(device)
-
-
 # --------------------------------------------------------------------------- subword tokenizers (HF)
 
 
 _CONT_OFFSET = 0xF0000  # continuation characters are mapped into the supplementary private use area
 
 
-def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, min_frequency: int = 2,
-                    verbose: bool = False):
+def train_wordpiece(
+    texts, *, vocab_size: int = 4000, lowercase: bool = True, min_frequency: int = 2, verbose: bool = False
+):
     """A BERT-style WordPiece tokenizer trained on ``texts`` (str, Sentence or Document items).
 
     Specials ``[PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4``; BERT normalisation (lower-casing
@@ -252,8 +226,9 @@ def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, mi
     if not texts:
         raise ValueError("train_wordpiece needs at least one text")
     t0 = time.perf_counter()
-    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                            strip_accents=lowercase, lowercase=lowercase)
+    normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
     pre = pre_tokenizers.BertPreTokenizer()
     memo: dict[str, str] = {}
 
@@ -276,8 +251,12 @@ def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, mi
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                  special_tokens=list(BERT_SPECIALS), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(BERT_SPECIALS),
+        show_progress=False,
+    )
     bpe.train_from_iterator(marked_words(), trainer=trainer)
 
     def unmark(piece: str) -> str:
@@ -298,12 +277,21 @@ def train_wordpiece(texts, *, vocab_size: int = 4000, lowercase: bool = True, mi
     tok.decoder = decoders.WordPiece(prefix="##")
     tok.add_special_tokens(list(BERT_SPECIALS))
     if verbose:
-        print(f"WordPiece: {tok.get_vocab_size()} tokens from {len(texts)} texts in {time.perf_counter() - t0:.2f} s")
+        print(
+            f"WordPiece: {tok.get_vocab_size()} tokens from {len(texts)} texts in "
+            f"{time.perf_counter() - t0:.2f} s"
+        )
     return tok
 
 
-def train_byte_bpe(texts, *, vocab_size: int = 4000, min_frequency: int = 2, add_prefix_space: bool = False,
-                   verbose: bool = False):
+def train_byte_bpe(
+    texts,
+    *,
+    vocab_size: int = 4000,
+    min_frequency: int = 2,
+    add_prefix_space: bool = False,
+    verbose: bool = False,
+):
     """A RoBERTa-style byte-level BPE tokenizer trained on ``texts``.
 
     Specials ``<s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4`` (pad 1 as in RoBERTa); the 256 byte
@@ -318,16 +306,27 @@ def train_byte_bpe(texts, *, vocab_size: int = 4000, min_frequency: int = 2, add
         raise ValueError("train_byte_bpe needs at least one text")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                  special_tokens=list(ROBERTA_SPECIALS), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(ROBERTA_SPECIALS),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     t0 = time.perf_counter()
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
-                                                      trim_offsets=True, add_prefix_space=add_prefix_space)
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")),
+        ("<s>", tok.token_to_id("<s>")),
+        trim_offsets=True,
+        add_prefix_space=add_prefix_space,
+    )
     tok.decoder = decoders.ByteLevel()
     if verbose:
-        print(f"byte-level BPE: {tok.get_vocab_size()} tokens from {len(texts)} texts in {time.perf_counter() - t0:.2f} s")
+        print(
+            f"byte-level BPE: {tok.get_vocab_size()} tokens from {len(texts)} texts in "
+            f"{time.perf_counter() - t0:.2f} s"
+        )
     return tok
 
 
@@ -347,12 +346,15 @@ def special_ids(tokenizer) -> dict[str, int]:
             else:
                 cls, pad, sep, unk, mask = ids
             return {"pad": pad, "unk": unk, "cls": cls, "sep": sep, "mask": mask}
-    raise ValueError("tokenizer has neither BERT ([PAD] [UNK] [CLS] [SEP] [MASK]) nor RoBERTa "
-                     "(<s> <pad> </s> <unk> <mask>) special tokens")
+    raise ValueError(
+        "tokenizer has neither BERT ([PAD] [UNK] [CLS] [SEP] [MASK]) nor RoBERTa "
+        "(<s> <pad> </s> <unk> <mask>) special tokens"
+    )
 
 
-def encode_texts(tokenizer, texts, pairs=None, *, max_len: int = 128,
-                 device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+def encode_texts(
+    tokenizer, texts, pairs=None, *, max_len: int = 128, device: torch.device | str | None = None
+) -> dict[str, torch.Tensor]:
     """Encode texts (or text pairs) with specials, truncate to ``max_len`` and pad.
 
     Returns ``input_ids`` ``[B, T]``, ``attention_mask`` ``[B, T]`` (bool, True = real token)
@@ -383,7 +385,9 @@ def encode_texts(tokenizer, texts, pairs=None, *, max_len: int = 128,
 # --------------------------------------------------------------------------- teaching BPE
 
 
-def learn_bpe(word_counts: dict[str, int], num_merges: int, *, min_frequency: int = 0) -> list[tuple[str, str]]:
+def learn_bpe(
+    word_counts: dict[str, int], num_merges: int, *, min_frequency: int = 0
+) -> list[tuple[str, str]]:
     """Learn up to ``num_merges`` BPE merges from ``{word: count}``, the textbook way.
 
     Every round recounts all adjacent symbol pairs (weighted by word counts) and merges the

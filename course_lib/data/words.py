@@ -27,7 +27,9 @@ _TOKEN_RE = re.compile(
     re.IGNORECASE,
 )
 
-_NO_SPACE_BEFORE = frozenset({".", ",", "!", "?", ";", ":", "n't", "'s", "'re", "'ve", "'ll", "'d", "'m", ")", "%"})
+_NO_SPACE_BEFORE = frozenset(
+    {".", ",", "!", "?", ";", ":", "n't", "'s", "'re", "'ve", "'ll", "'d", "'m", ")", "%"}
+)
 _NO_SPACE_AFTER = frozenset({"(", "$"})
 
 # A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before

@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.feedforward import FeedForward, get_activation
+from ..nn.parameters import count_parameters
 from ..nn.positional import check_length
 from .hf import (
     HEADS_BERT_MLM,
@@ -90,7 +91,6 @@ __all__ = [
     "BertForTokenClassification",
     "body_of",
     "masked_lm_loss",
-    "mlm_logits_and_loss",
     "IGNORE_INDEX",
     "check_inputs",
 ]
@@ -138,13 +138,21 @@ class BertConfig(HFConfig):
                 f"hidden_size (d_model)={self.hidden_size} must be divisible by "
                 f"num_attention_heads (n_heads)={self.num_attention_heads}"
             )
-        sizes = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
-                 "type_vocab_size")
+        sizes = (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        )
         for name in sizes:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id={self.pad_token_id} must lie in [0, vocab_size={self.vocab_size})")
+            raise ValueError(
+                f"pad_token_id={self.pad_token_id} must lie in [0, vocab_size={self.vocab_size})"
+            )
         get_activation(self.hidden_act)
 
 
@@ -210,12 +218,20 @@ class BertEmbeddings(nn.Module):
         check_length(input_ids.size(1), self.max_length(), "input (max_position_embeddings)")
         return torch.arange(input_ids.size(1), device=input_ids.device)[None, :]
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None, position_ids: Tensor | None = None) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor | None = None, position_ids: Tensor | None = None
+    ) -> Tensor:
         if position_ids is None:
             position_ids = self.default_position_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        # fmt: off  (chapter 3 prints this line: it stays one line)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.token_type_embeddings(token_type_ids)
+            + self.position_embeddings(position_ids)
+        )
+        # fmt: on
         return self.dropout(self.norm(x))
 
 
@@ -225,14 +241,18 @@ class BertLayer(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         c = config
-        self.attention = MultiHeadAttention(c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob)
+        self.attention = MultiHeadAttention(
+            c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob
+        )
         self.attention_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         # BERT has no dropout between the two FFN matrices: only on the sub-layer output
         self.ffn = FeedForward(c.hidden_size, c.intermediate_size, dropout=0.0, activation=c.hidden_act)
         self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attention(x, mask=mask, return_weights=return_weights)
         x = self.attention_norm(x + self.dropout(a))
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
@@ -247,7 +267,12 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False, return_hidden: bool = False
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        return_weights: bool = False,
+        return_hidden: bool = False,
     ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
         """Returns ``(last, [inputs, after layer 1, ...] or None, [weights per layer] or None)``."""
         hidden = [x] if return_hidden else None
@@ -318,16 +343,8 @@ def _init_bert_weights(module: nn.Module, std: float) -> None:
 
 
 def _count_parameters(model: nn.Module, *, exclude_embeddings: bool = False) -> int:
-    skip = set()
-    if exclude_embeddings:
-        skip = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    seen, total = set(), 0
-    for p in model.parameters():
-        if id(p) in seen or id(p) in skip:
-            continue
-        seen.add(id(p))
-        total += p.numel()
-    return total
+    tables = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)] if exclude_embeddings else []
+    return count_parameters(model, skip=tables)
 
 
 class BertModel(HFBody, nn.Module):
@@ -375,7 +392,9 @@ class BertModel(HFBody, nn.Module):
         check_inputs(self.config, input_ids, attention_mask, token_type_ids, position_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask = self.attention_mask_to_mask(input_ids, attention_mask)
-        h, hidden, weights = self.encoder(x, mask, return_weights=output_attentions, return_hidden=output_hidden_states)
+        h, hidden, weights = self.encoder(
+            x, mask, return_weights=output_attentions, return_hidden=output_hidden_states
+        )
         return BertModelOutput(
             last_hidden_state=h,
             pooler_output=self.pooler(h) if self.pooler is not None else None,
@@ -388,17 +407,16 @@ class BertModel(HFBody, nn.Module):
         return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
 
-def body_of(model: nn.Module, attrs: tuple[str, ...] = ("bert", "roberta")) -> BertModel:
-    """The encoder of ``model``: the model itself when it is a :class:`BertModel`, else its
-    body attribute (one of ``attrs``)."""
+def body_of(model: nn.Module) -> BertModel:
+    """The encoder of ``model``: the model itself when it is a :class:`BertModel`, else the
+    body of a BERT-family task model (``model.base``)."""
     if isinstance(model, BertModel):
         return model
-    for name in attrs:
-        body = getattr(model, name, None)
-        if isinstance(body, BertModel):
-            return body
-    names = " / ".join(f".{a}" for a in attrs)
-    raise TypeError(f"expected a BertModel or a model with a {names} body, got {type(model).__name__}")
+    if isinstance(model, _BertWithHeads):
+        return model.base
+    raise TypeError(
+        f"expected a BertModel or a BERT-family task model (a body with heads), got {type(model).__name__}"
+    )
 
 
 class _BertWithHeads(HFWithHeads, nn.Module):
@@ -454,10 +472,16 @@ class _BertWithHeads(HFWithHeads, nn.Module):
         """Number of distinct parameters (tied ones counted once)."""
         return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
-    def _body(self, input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states) -> BertModelOutput:
+    def _body(
+        self, input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
+    ) -> BertModelOutput:
         return self.base(
-            input_ids, attention_mask, token_type_ids, position_ids,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
         )
 
 
@@ -465,6 +489,7 @@ class _WithMLMHead(_BertWithHeads):
     """The models with a masked-LM head (tied to the input embeddings when the config says so)."""
 
     head_activation: str | None = None  # None: the config's hidden_act
+    pair_objective: str | None = None  # the sentence-pair head besides MLM: "nsp" (BERT), None (RoBERTa)
     hf_heads = HEADS_BERT_MLM
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
@@ -475,12 +500,40 @@ class _WithMLMHead(_BertWithHeads):
         if self.config.tie_word_embeddings:
             self.mlm_head.decoder.weight = self.base.embeddings.word_embeddings.weight
 
-    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, labels, output_attentions,
-                output_hidden_states, masked_only):
-        """Run the body and the MLM head: ``(body output, MLM logits, MLM loss or None)``."""
-        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
-        logits, loss = mlm_logits_and_loss(self.mlm_head, out.last_hidden_state, labels, masked_only=masked_only)
-        return out, logits, loss
+    def _encode(
+        self,
+        input_ids,
+        attention_mask,
+        token_type_ids,
+        position_ids,
+        labels,
+        output_attentions,
+        output_hidden_states,
+        masked_only,
+    ):
+        """Run the body and the MLM head: ``(body output, MLM logits, MLM loss or None)``.
+
+        ``masked_only=True`` (needs ``labels``) runs the head only where a label is set: the
+        logits are then ``[n_masked, vocab_size]`` in row-major order of the masked positions,
+        and the vocabulary projection, the biggest matrix product of a small BERT, shrinks
+        about 1 / 0.15 times. The loss is the same either way.
+        """
+        out = self._body(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
+        )
+        hidden = out.last_hidden_state
+        if not masked_only:
+            logits = self.mlm_head(hidden)
+            return out, logits, (masked_lm_loss(logits, labels) if labels is not None else None)
+        if labels is None:
+            raise ValueError("masked_only=True needs labels (it keeps the positions whose label is not -100)")
+        if labels.shape != hidden.shape[:-1]:
+            raise ValueError(
+                f"labels of shape {tuple(labels.shape)} do not match the input {tuple(hidden.shape)[:-1]}"
+            )
+        chosen = labels != IGNORE_INDEX
+        logits = self.mlm_head(hidden[chosen])
+        return out, logits, masked_lm_loss(logits, labels[chosen])
 
 
 class BertForPreTraining(_WithMLMHead):
@@ -494,6 +547,7 @@ class BertForPreTraining(_WithMLMHead):
 
     add_pooling_layer = True
     hf_heads = HEADS_BERT_PRETRAINING
+    pair_objective = "nsp"
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
         return {**super().build_heads(config), "nsp_head": nn.Linear(config.hidden_size, 2)}
@@ -511,11 +565,23 @@ class BertForPreTraining(_WithMLMHead):
         output_hidden_states: bool = False,
         masked_only: bool = False,
     ) -> BertForPreTrainingOutput:
-        """``masked_only=True``: MLM logits only at labelled positions (see :func:`mlm_logits_and_loss`)."""
-        out, logits, mlm = self._encode(input_ids, attention_mask, token_type_ids, position_ids, labels,
-                                        output_attentions, output_hidden_states, masked_only)
+        """``masked_only=True``: MLM logits only at labelled positions (see :meth:`_WithMLMHead._encode`)."""
+        out, logits, mlm = self._encode(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            labels,
+            output_attentions,
+            output_hidden_states,
+            masked_only,
+        )
         nsp_logits = self.nsp_head(out.pooler_output)
-        nsp = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)) if next_sentence_label is not None else None
+        nsp = (
+            F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
+            if next_sentence_label is not None
+            else None
+        )
         parts = [x for x in (mlm, nsp) if x is not None]
         return BertForPreTrainingOutput(
             loss=sum(parts) if parts else None,
@@ -543,10 +609,20 @@ class BertForMaskedLM(_WithMLMHead):
         output_hidden_states: bool = False,
         masked_only: bool = False,
     ) -> MaskedLMOutput:
-        """``masked_only=True``: logits only at labelled positions (see :func:`mlm_logits_and_loss`)."""
-        out, logits, loss = self._encode(input_ids, attention_mask, token_type_ids, position_ids, labels,
-                                         output_attentions, output_hidden_states, masked_only)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+        """``masked_only=True``: logits only at labelled positions (see :meth:`_WithMLMHead._encode`)."""
+        out, logits, loss = self._encode(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            labels,
+            output_attentions,
+            output_hidden_states,
+            masked_only,
+        )
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
 
 
 class _BertClassifier(_BertWithHeads):
@@ -560,7 +636,9 @@ class _BertClassifier(_BertWithHeads):
         return {"dropout": nn.Dropout(p), "classifier": nn.Linear(config.hidden_size, config.num_labels)}
 
     @classmethod
-    def from_pretrained_body(cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None):
+    def from_pretrained_body(
+        cls, body: BertModel, *, num_labels: int = 2, classifier_dropout: float | None = None
+    ):
         """A classifier whose encoder starts from ``body``'s weights (the fine-tuning recipe)."""
         model = cls(replace(body.config, num_labels=num_labels, classifier_dropout=classifier_dropout))
         model.load_body(body)
@@ -587,7 +665,9 @@ class BertForSequenceClassification(_BertClassifier):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        out = self._body(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
+        )
         logits = self.classifier(self.dropout(out.pooler_output))
         return SequenceClassifierOutput(
             loss=_classification_loss(logits, labels, self.config.num_labels) if labels is not None else None,
@@ -616,14 +696,24 @@ class BertForTokenClassification(_BertClassifier):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> TokenClassifierOutput:
-        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        out = self._body(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
+        )
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
             if labels.shape != logits.shape[:2]:
-                raise ValueError(f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
-            loss = F.cross_entropy(logits.float().reshape(-1, self.config.num_labels), labels.reshape(-1), ignore_index=IGNORE_INDEX)
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+                raise ValueError(
+                    f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}"
+                )
+            loss = F.cross_entropy(
+                logits.float().reshape(-1, self.config.num_labels),
+                labels.reshape(-1),
+                ignore_index=IGNORE_INDEX,
+            )
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -638,30 +728,14 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     masked position gives 0 (not NaN).
     """
     if labels.shape != logits.shape[:-1]:
-        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match logits {tuple(logits.shape)[:-1]}")
+        raise ValueError(
+            f"labels of shape {tuple(labels.shape)} do not match logits {tuple(logits.shape)[:-1]}"
+        )
     labels = labels.reshape(-1)
-    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum"
+    )
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
-
-
-def mlm_logits_and_loss(head: nn.Module, hidden: Tensor, labels: Tensor | None, *, masked_only: bool) -> tuple[Tensor, Tensor | None]:
-    """Run the MLM head and, with ``labels``, the loss.
-
-    ``masked_only=True`` (needs ``labels``) runs the head only where a label is set: the
-    logits are then ``[n_masked, vocab_size]`` in row-major order of the masked positions,
-    and the vocabulary projection, the biggest matrix product of a small BERT, shrinks
-    about 1 / 0.15 times. The loss is the same either way.
-    """
-    if not masked_only:
-        logits = head(hidden)
-        return logits, (masked_lm_loss(logits, labels) if labels is not None else None)
-    if labels is None:
-        raise ValueError("masked_only=True needs labels (it keeps the positions whose label is not -100)")
-    if labels.shape != hidden.shape[:-1]:
-        raise ValueError(f"labels of shape {tuple(labels.shape)} do not match the input {tuple(hidden.shape)[:-1]}")
-    chosen = labels != IGNORE_INDEX
-    logits = head(hidden[chosen])
-    return logits, masked_lm_loss(logits, labels[chosen])
 
 
 def _classification_loss(logits: Tensor, labels: Tensor, num_labels: int) -> Tensor:

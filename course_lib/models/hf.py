@@ -138,7 +138,9 @@ class HFConfig:
             other = "RobertaConfig / Roberta*.from_hf" if is_roberta else "BertConfig / Bert*.from_hf"
             raise ValueError(f"a {model_type!r} config numbers positions differently: use {other}")
         if d.get("is_decoder") or d.get("add_cross_attention"):
-            raise ValueError("course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported")
+            raise ValueError(
+                "course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported"
+            )
         pos = d.get("position_embedding_type", "absolute")
         if pos not in (None, "absolute"):
             raise ValueError(f"position_embedding_type={pos!r} is not supported (only 'absolute')")
@@ -277,7 +279,6 @@ def bert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str
     return names
 
 
-
 # Task heads: our module path -> Hugging Face's (a tied decoder maps to the word embeddings).
 HEADS_BERT_MLM = {
     "mlm_head.dense": "cls.predictions.transform.dense",
@@ -316,7 +317,7 @@ def head_names(model: nn.Module, heads: Mapping[str, str], body: Mapping[str, st
             continue
         for ours in sorted(heads, key=len, reverse=True):
             if name == ours or name.startswith(ours + "."):
-                names[name] = heads[ours] + name[len(ours):]
+                names[name] = heads[ours] + name[len(ours) :]
                 break
     return names
 
@@ -357,8 +358,13 @@ def load_hf_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], names
     # a tied copy (e.g. the MLM decoder's weight = the word embeddings) is not "unused"
     used_tensors = [state_dict[k] for k in used]
     unexpected = [
-        k for k in unexpected
-        if not any(u.shape == state_dict[k].shape and (u.data_ptr() == state_dict[k].data_ptr() or torch.equal(u, state_dict[k])) for u in used_tensors)
+        k
+        for k in unexpected
+        if not any(
+            u.shape == state_dict[k].shape
+            and (u.data_ptr() == state_dict[k].data_ptr() or torch.equal(u, state_dict[k]))
+            for u in used_tensors
+        )
     ]
     if missing or bad_shape or unexpected:
         raise ValueError(
@@ -367,7 +373,6 @@ def load_hf_state_dict(model: nn.Module, state_dict: Mapping[str, Tensor], names
             + (f"\n  shape mismatch: {bad_shape}" if bad_shape else "")
             + (f"\n  unused: {unexpected}" if unexpected else "")
         )
-
 
 
 class HFBody:
@@ -380,7 +385,9 @@ class HFBody:
         return bert_body_names(self.config, "", prefix, pooler=self.pooler is not None)
 
     @classmethod
-    def from_hf_state_dict(cls, state_dict: Mapping[str, Tensor], config, *, add_pooling_layer: bool | None = None):
+    def from_hf_state_dict(
+        cls, state_dict: Mapping[str, Tensor], config, *, add_pooling_layer: bool | None = None
+    ):
         """Build from a Hugging Face ``BertModel`` state dict (keys with or without a ``bert.`` prefix)."""
         first = next(iter(k for k in state_dict if k.endswith("embeddings.word_embeddings.weight")), None)
         if first is None:

@@ -6,7 +6,7 @@ what changed is the recipe:
 * **no next-sentence prediction**: inputs are full sentences packed up to 512 tokens, and
   the loss is the masked-LM loss alone;
 * **dynamic masking**: a new mask every time a sequence is seen (BERT masked once, while
-  preprocessing; see :mod:`course_lib.mlm`);
+  preprocessing; see :mod:`course_lib.objectives.masking`);
 * **byte-level BPE** (GPT-2's, 50,265 tokens): any string is encodable, no ``[UNK]``;
 * bigger batches (8k sequences), more data (160 GB), longer training.
 
@@ -80,7 +80,8 @@ class RobertaConfig(BertConfig):
 
 
 def roberta_position_ids(input_ids: Tensor, padding_idx: int) -> Tensor:
-    """``cumsum(ids != pad) * (ids != pad) + padding_idx``: real tokens from ``padding_idx + 1``, padding at ``padding_idx``."""
+    """``cumsum(ids != pad) * (ids != pad) + padding_idx``: real tokens from ``padding_idx + 1``,
+    padding at ``padding_idx``."""
     real = (input_ids != padding_idx).long()
     return torch.cumsum(real, dim=1) * real + padding_idx
 
@@ -91,7 +92,9 @@ class RobertaEmbeddings(BertEmbeddings):
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
         c = config
-        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size, padding_idx=c.pad_token_id)
+        self.position_embeddings = nn.Embedding(
+            c.max_position_embeddings, c.hidden_size, padding_idx=c.pad_token_id
+        )
 
     def max_length(self) -> int:
         return self.config.max_position_embeddings - self.config.pad_token_id - 1
@@ -101,7 +104,8 @@ class RobertaEmbeddings(BertEmbeddings):
         if n > limit:
             raise ValueError(
                 f"input length {n} exceeds RoBERTa's limit of {limit} tokens: max_position_embeddings="
-                f"{c.max_position_embeddings} minus the padding_idx + 1 = {c.pad_token_id + 1} reserved positions; "
+                f"{c.max_position_embeddings} minus the padding_idx + 1 = {c.pad_token_id + 1} reserved "
+                "positions; "
                 "truncate the input"
             )
         return roberta_position_ids(input_ids, c.pad_token_id)
@@ -161,7 +165,9 @@ class RobertaForSequenceClassification(_BertWithHeads):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self._body(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        out = self._body(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
+        )
         x = self.dropout(out.last_hidden_state[:, 0])
         x = self.dropout(torch.tanh(self.dense(x)))
         logits = self.out_proj(x)
@@ -171,4 +177,3 @@ class RobertaForSequenceClassification(_BertWithHeads):
             hidden_states=out.hidden_states,
             attentions=out.attentions,
         )
-

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.feedforward import ACTIVATIONS, FeedForward, get_activation
+from ..nn.parameters import count_parameters
 from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "copy_mha_from_torch",
     "copy_from_torch_transformer",
 ]
+
 
 @dataclass
 class TransformerConfig:
@@ -68,7 +70,8 @@ class TransformerConfig:
         get_activation(self.activation)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"share_embeddings needs one vocabulary: src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
+                f"share_embeddings needs one vocabulary: src_vocab_size={self.src_vocab_size} != "
+                f"tgt_vocab_size={self.tgt_vocab_size}"
             )
         if self.final_norm is None:
             self.final_norm = self.norm_first
@@ -103,7 +106,9 @@ class EncoderLayer(nn.Module):
         self.sublayer_ffn = _Residual(c.d_model, c.dropout, c.norm_first, c.layer_norm_eps)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False):
-        x, weights = self.sublayer_attn(x, lambda h: self.self_attn(h, mask=mask, return_weights=return_weights))
+        x, weights = self.sublayer_attn(
+            x, lambda h: self.self_attn(h, mask=mask, return_weights=return_weights)
+        )
         x, _ = self.sublayer_ffn(x, lambda h: (self.ffn(h), None))
         return x, weights
 
@@ -262,7 +267,14 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def beam_search(
-        self, src: Tensor, *, bos_id: int, eos_id: int, beam_size: int = 4, max_len: int | None = None, length_penalty: float = 0.0
+        self,
+        src: Tensor,
+        *,
+        bos_id: int,
+        eos_id: int,
+        beam_size: int = 4,
+        max_len: int | None = None,
+        length_penalty: float = 0.0,
     ) -> Tensor:
         """Beam search, batched over ``src``; returns the best sequence per input (padded with ``pad_id``).
 
@@ -301,16 +313,9 @@ class Transformer(nn.Module):
         return seqs.view(b, k, -1)[torch.arange(b, device=src.device), best]
 
     def num_parameters(self, *, embeddings: bool = True) -> int:
-        skip = set()
-        if not embeddings:
-            skip = {id(self.src_embed.weight), id(self.tgt_embed.weight), id(self.generator.weight)}
-        seen, total = set(), 0
-        for p in self.parameters():
-            if id(p) in seen or id(p) in skip:
-                continue
-            seen.add(id(p))
-            total += p.numel()
-        return total
+        """Distinct parameters (shared ones counted once); ``embeddings=False`` leaves out the tables."""
+        tables = () if embeddings else (self.src_embed.weight, self.tgt_embed.weight, self.generator.weight)
+        return count_parameters(self, skip=tables)
 
     def config_dict(self) -> dict:
         return asdict(self.config)
@@ -327,7 +332,9 @@ def copy_mha_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) ->
     """Copy a ``torch.nn.MultiheadAttention`` (packed in-projection) into ours."""
     d = ours.d_model
     if ref.embed_dim != d or ref.num_heads != ours.n_heads:
-        raise ValueError(f"shape mismatch: ours d_model={d}, heads={ours.n_heads}; ref {ref.embed_dim}, {ref.num_heads}")
+        raise ValueError(
+            f"shape mismatch: ours d_model={d}, heads={ours.n_heads}; ref {ref.embed_dim}, {ref.num_heads}"
+        )
     if ref.in_proj_weight is None:
         raise ValueError("only packed in-projections (kdim == vdim == embed_dim) are supported")
     w, b = ref.in_proj_weight, ref.in_proj_bias
@@ -348,7 +355,9 @@ def copy_from_torch_transformer(ours: Transformer, ref: nn.Transformer) -> None:
     It always ends each stack with a LayerNorm, so ``ours`` needs ``final_norm=True``.
     """
     if not ours.config.final_norm:
-        raise ValueError("torch.nn.Transformer ends each stack with a LayerNorm: build ours with final_norm=True")
+        raise ValueError(
+            "torch.nn.Transformer ends each stack with a LayerNorm: build ours with final_norm=True"
+        )
 
     def copy_ln(dst: nn.LayerNorm, src: nn.LayerNorm):
         dst.weight.copy_(src.weight)
@@ -358,7 +367,9 @@ def copy_from_torch_transformer(ours: Transformer, ref: nn.Transformer) -> None:
         dst.linear1.load_state_dict(src.linear1.state_dict())
         dst.linear2.load_state_dict(src.linear2.state_dict())
 
-    if len(ref.encoder.layers) != len(ours.encoder.layers) or len(ref.decoder.layers) != len(ours.decoder.layers):
+    if len(ref.encoder.layers) != len(ours.encoder.layers) or len(ref.decoder.layers) != len(
+        ours.decoder.layers
+    ):
         raise ValueError("number of layers differs between ours and the reference")
     for mine, theirs in zip(ours.encoder.layers, ref.encoder.layers):
         copy_mha_from_torch(mine.self_attn, theirs.self_attn)

@@ -13,7 +13,13 @@ from .attention import (
     padding_mask,
 )
 from .feedforward import ACTIVATIONS, FeedForward, get_activation
-from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, check_length, sinusoidal_table
+from .parameters import count_parameters
+from .positional import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    check_length,
+    sinusoidal_table,
+)
 
 __all__ = [
     "MultiHeadAttention",
@@ -29,6 +35,7 @@ __all__ = [
     "ACTIVATIONS",
     "FeedForward",
     "get_activation",
+    "count_parameters",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
     "check_length",

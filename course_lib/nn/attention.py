@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 
-def causal_mask(length: int, *, device: torch.device | str | None = None, key_length: int | None = None) -> Tensor:
+def causal_mask(
+    length: int, *, device: torch.device | str | None = None, key_length: int | None = None
+) -> Tensor:
     """Boolean ``[length, key_length]`` mask, True on and below the diagonal.
 
     Query ``i`` may attend to keys ``0..i`` (plus any extra leading keys when
@@ -253,7 +255,9 @@ class MultiHeadAttention(nn.Module):
     Inputs are batch-first: ``[batch, length, d_model]``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True, d_kv: int | None = None):
+    def __init__(
+        self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True, d_kv: int | None = None
+    ):
         super().__init__()
         if n_heads <= 0 or d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
@@ -311,7 +315,9 @@ class MultiHeadAttention(nn.Module):
         k = self.split_heads(self.w_k(key))
         v = self.split_heads(self.w_v(value))
         p = self.dropout if self.training else 0.0
-        out, weights = attention(q, k, v, mask, bias=bias, causal=causal, dropout_p=p, return_weights=return_weights)
+        out, weights = attention(
+            q, k, v, mask, bias=bias, causal=causal, dropout_p=p, return_weights=return_weights
+        )
         return self.w_o(self.merge_heads(out)), weights
 
 

@@ -24,12 +24,14 @@ def check_length(length: int, max_len: int, what: str = "sequence") -> None:
     if length > max_len:
         raise ValueError(
             f"{what} length {length} exceeds the maximum of {max_len} positions "
-            f"(max_len / max_position_embeddings = {max_len}); truncate the input or build the model with a larger limit"
+            f"(max_len / max_position_embeddings = {max_len}); truncate the input or build the model with a "
+            "larger limit"
         )
 
 
 def sinusoidal_table(max_len: int, d_model: int, *, base: float = 10000.0) -> Tensor:
-    """``[max_len, d_model]`` table: even columns ``sin``, odd columns ``cos`` (interleaved, as in the paper)."""
+    """``[max_len, d_model]`` table: even columns ``sin``, odd columns ``cos`` (interleaved, as in
+    the paper)."""
     if d_model % 2 != 0:
         raise ValueError(f"sinusoidal encoding needs an even d_model, got {d_model}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]

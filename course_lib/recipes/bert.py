@@ -8,7 +8,7 @@ base-like``), and the tests (a tiny model for a few steps).
 **Pretraining** (Devlin et al. 2019, §3.1). Documents become next-sentence pairs
 ``[CLS] A [SEP] B [SEP]`` (B follows A with probability 1/2, else it is a sentence of another
 document), or, without NSP, RoBERTa's stream of full sentences cut into blocks
-(:mod:`course_lib.mlm`). 15% of the tokens are chosen; 80% of those become ``[MASK]``, 10% a
+(:mod:`course_lib.objectives.masking`). 15% of the tokens are chosen; 80% of those become ``[MASK]``, 10% a
 random token, 10% stay. The loss is
 
 .. math::
@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,14 +49,59 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ..checkpoints import load_checkpoint, train_or_load
+from ..data import (
+    detokenize,
+    encode_texts,
+    load_documents,
+    special_ids,
+    train_byte_bpe,
+    train_wordpiece,
+)
 from ..device import get_device, seed_everything
-from ..mlm import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, make_nsp_pairs, pack_pairs, pack_stream, pretraining_loss
-from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification, BertForTokenClassification, BertModel, body_of
+from ..models.bert import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    body_of,
+)
+from ..models.roberta import RobertaForMaskedLM
+from ..objectives import (
+    IGNORE_INDEX,
+    KEPT,
+    MASKED,
+    RANDOM,
+    MaskedLMData,
+    MLMMasker,
+    make_nsp_pairs,
+    pack_pairs,
+    pack_stream,
+    pretraining_loss,
+    trim_padding,
+)
 from ..train import History, fit, model_device
-from .common import add_run_options, add_text_and_out, module_main, positive, require_files, run_metadata, save_folder
+from .common import (
+    add_run_options,
+    add_text_and_out,
+    architecture_of,
+    module_main,
+    positive,
+    register_model,
+    registered_class,
+    require_files,
+    run_metadata,
+    save_folder,
+)
+
+# the BERT-family classes the recipes build, save and load (a new family registers its own)
+for _cls in (BertForPreTraining, BertForMaskedLM, RobertaForMaskedLM):
+    register_model(_cls)
 
 __all__ = [
     "SIZES",
@@ -68,7 +114,6 @@ __all__ = [
     "LengthGroupedMLMData",
     "pretraining_data",
     "trim_padding",
-    "pretraining_step",
     "evaluate_mlm",
     "pretrain",
     "PretrainedBert",
@@ -103,11 +148,23 @@ SIZES: dict[str, dict[str, int]] = {
 DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates
 
 
-def bert_config(size: str = "small", *, vocab_size: int, max_len: int = 128, pad_id: int = 0, dropout: float = 0.1, **overrides: Any) -> BertConfig:
-    """A :class:`BertConfig` of a named size (:data:`SIZES`) for a tokenizer of ``vocab_size`` tokens."""
+def bert_config(
+    size: str = "small",
+    *,
+    vocab_size: int,
+    max_len: int = 128,
+    pad_id: int = 0,
+    dropout: float = 0.1,
+    config_class: type[BertConfig] = BertConfig,
+    **overrides: Any,
+) -> BertConfig:
+    """A config (a :class:`BertConfig` unless ``config_class`` says otherwise) of a named size
+    (:data:`SIZES`) for a tokenizer of ``vocab_size`` tokens."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
-    return BertConfig.from_course(vocab_size=vocab_size, max_len=max_len, pad_id=pad_id, dropout=dropout, **SIZES[size], **overrides)
+    return config_class.from_course(
+        vocab_size=vocab_size, max_len=max_len, pad_id=pad_id, dropout=dropout, **SIZES[size], **overrides
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -126,8 +183,6 @@ def _sentence_texts(doc: Any) -> list[str]:
 
 def train_tokenizer(documents: Sequence[Any], *, kind: str = "wordpiece", vocab_size: int = 4000):
     """A WordPiece (BERT) or byte-level BPE (RoBERTa) tokenizer trained on the documents' sentences."""
-    from ..data import train_byte_bpe, train_wordpiece
-
     texts = [t for d in documents for t in _sentence_texts(d)]
     if not texts:
         raise ValueError("the documents hold no sentences to train a tokenizer on")
@@ -157,13 +212,9 @@ def tokenize_documents(documents: Sequence[Any], tokenizer) -> list[list[list[in
     return out
 
 
-def _special_ids(tokenizer) -> dict[str, int]:
-    from ..data import special_ids
-
-    return special_ids(tokenizer)
-
-
-def pretraining_examples(documents: Sequence[Any], tokenizer, *, max_len: int = 128, nsp: bool = True, seed: int = 0) -> dict[str, Tensor]:
+def pretraining_examples(
+    documents: Sequence[Any], tokenizer, *, max_len: int = 128, nsp: bool = True, seed: int = 0
+) -> dict[str, Tensor]:
     """Packed, unmasked pretraining inputs ``[n, width]``.
 
     With ``nsp=True``: one next-sentence pair per sentence that has a successor
@@ -171,20 +222,35 @@ def pretraining_examples(documents: Sequence[Any], tokenizer, *, max_len: int = 
     1 = random); needs at least two documents. With ``nsp=False``: RoBERTa's full-sentence
     stream, documents separated by ``[SEP]``, cut into blocks of ``max_len`` tokens.
     """
-    ids = _special_ids(tokenizer)
+    ids = special_ids(tokenizer)
     docs = tokenize_documents(documents, tokenizer)
     if nsp:
         pairs = make_nsp_pairs(docs, seed, random_prob=0.5)
-        packed = pack_pairs(pairs.a, pairs.b, max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"])
+        packed = pack_pairs(
+            pairs.a, pairs.b, max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"]
+        )
         packed["next_sentence_label"] = pairs.label
         return packed
     stream = [[t for s in d for t in s] for d in docs]
-    return pack_stream([s for s in stream if s], max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"], separator_id=ids["sep"])
+    return pack_stream(
+        [s for s in stream if s],
+        max_len,
+        cls_id=ids["cls"],
+        sep_id=ids["sep"],
+        pad_id=ids["pad"],
+        separator_id=ids["sep"],
+    )
 
 
-def make_masker(tokenizer, *, mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1) -> MLMMasker:
+def make_masker(
+    tokenizer,
+    *,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+) -> MLMMasker:
     """BERT's 80/10/10 masking for this tokenizer (its special tokens are never chosen)."""
-    ids = _special_ids(tokenizer)
+    ids = special_ids(tokenizer)
     return MLMMasker(
         vocab_size=tokenizer.get_vocab_size(),
         mask_token_id=ids["mask"],
@@ -196,7 +262,7 @@ def make_masker(tokenizer, *, mlm_probability: float = 0.15, mask_replace_prob: 
 
 
 class LengthGroupedMLMData(MaskedLMData):
-    """:class:`~course_lib.mlm.MaskedLMData` whose batches hold sequences of similar length.
+    """:class:`~course_lib.objectives.masking.MaskedLMData` whose batches hold sequences of similar length.
 
     Each epoch's random order is cut into chunks of ``group`` batches; inside a chunk the
     sequences are sorted by length before being cut into batches, and the batches are then
@@ -210,7 +276,11 @@ class LengthGroupedMLMData(MaskedLMData):
             raise ValueError(f"group must be at least 1 batch, got {group}")
         self.group = group
         mask = self.examples.get("attention_mask")
-        self.lengths = mask.sum(1) if mask is not None else torch.full((self.examples["input_ids"].size(0),), self.examples["input_ids"].size(1))
+        self.lengths = (
+            mask.sum(1)
+            if mask is not None
+            else torch.full((self.examples["input_ids"].size(0),), self.examples["input_ids"].size(1))
+        )
 
     def batches(self, epoch: int) -> Iterator[dict[str, Tensor]]:
         view = self.epoch_view(epoch)
@@ -226,7 +296,7 @@ class LengthGroupedMLMData(MaskedLMData):
                 sel = part[j : j + self.batch_size]
                 if sel.numel() == self.batch_size or not self.drop_last:
                     batches.append(sel)
-        for k in (torch.randperm(len(batches), generator=g).tolist() if self.shuffle else range(len(batches))):
+        for k in torch.randperm(len(batches), generator=g).tolist() if self.shuffle else range(len(batches)):
             yield {key: v[batches[k]] for key, v in view.items()}
 
 
@@ -255,25 +325,9 @@ def pretraining_data(
     return LengthGroupedMLMData(examples, **kwargs) if group_by_length else MaskedLMData(examples, **kwargs)
 
 
-def trim_padding(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Drop the columns that are padding in every row (examples are padded to the longest
-    sequence of the whole data set; a batch rarely needs that width)."""
-    batch = dict(batch)
-    mask = batch.get("attention_mask")
-    if mask is None:
-        return batch
-    width = int(mask.sum(1).max())
-    full = mask.size(1)
-    return {k: (v[:, :width] if v.dim() == 2 and v.size(1) == full else v) for k, v in batch.items()}
-
-
-def pretraining_step(model: nn.Module, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
-    """``loss_fn`` for :func:`~course_lib.train.fit`: MLM (+ NSP for ``BertForPreTraining``) on a trimmed batch."""
-    return pretraining_loss(model, trim_padding(batch))
-
-
 def mlm_logits(model: nn.Module, **inputs: Tensor) -> Tensor:
-    """``[batch, seq, vocab]`` masked-LM logits of a ``BertForPreTraining`` or ``*ForMaskedLM`` model."""
+    """``[batch, seq, vocab]`` masked-LM logits of a ``BertForPreTraining`` or ``*ForMaskedLM``
+    model: ``model(**inputs).mlm_logits``."""
     return model(**inputs).mlm_logits
 
 
@@ -300,7 +354,9 @@ def evaluate_mlm(
     device = model_device(model)
     g = torch.Generator().manual_seed(seed)
     special = examples["attention_mask"] == 0 if "attention_mask" in examples else None
-    inputs, labels, actions = masker(examples["input_ids"], generator=g, special_mask=special, return_actions=True)
+    inputs, labels, actions = masker(
+        examples["input_ids"], generator=g, special_mask=special, return_actions=True
+    )
     n = inputs.size(0)
     specials = torch.tensor(masker.special_ids + (masker.mask_token_id,))
     visible = (actions == 0) & ~torch.isin(examples["input_ids"], specials)
@@ -308,10 +364,15 @@ def evaluate_mlm(
         visible &= ~special
     loss_sum, correct, count = 0.0, torch.zeros(4), torch.zeros(4)
     nsp_correct, nsp_count = 0, 0
-    has_nsp = hasattr(model, "nsp_head") and "next_sentence_label" in examples
+    has_nsp = model.pair_objective == "nsp" and "next_sentence_label" in examples
     for i in range(0, n, batch_size):
         sl = slice(i, i + batch_size)
-        batch = {"input_ids": inputs[sl], "labels": labels[sl], "actions": actions[sl], "visible": visible[sl]}
+        batch = {
+            "input_ids": inputs[sl],
+            "labels": labels[sl],
+            "actions": actions[sl],
+            "visible": visible[sl],
+        }
         for k in ("attention_mask", "token_type_ids"):
             if k in examples:
                 batch[k] = examples[k][sl]
@@ -364,8 +425,18 @@ def pretrain(
 ) -> History:
     """Train a ``BertForPreTraining`` (MLM + NSP) or ``BertForMaskedLM`` (MLM only) on ``data``
     with :func:`~course_lib.train.fit` (AdamW, warm-up, cosine decay, bf16 on a capable GPU)."""
-    return fit(model, data, pretraining_step, steps=steps, lr=lr, warmup=warmup, eval_fn=eval_fn, eval_every=eval_every,
-               progress=progress, desc=desc)
+    return fit(
+        model,
+        data,
+        pretraining_loss,
+        steps=steps,
+        lr=lr,
+        warmup=warmup,
+        eval_fn=eval_fn,
+        eval_every=eval_every,
+        progress=progress,
+        desc=desc,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -417,7 +488,9 @@ def split_documents(documents: Sequence[Any], heldout: Sequence[Any] | float | N
         return documents, []
     if isinstance(heldout, float):
         if not 0.0 < heldout < 1.0:
-            raise ValueError(f"heldout must be a fraction in (0, 1), a list of documents or None, got {heldout}")
+            raise ValueError(
+                f"heldout must be a fraction in (0, 1), a list of documents or None, got {heldout}"
+            )
         k = max(1, round(1 / heldout))
         train = [d for i, d in enumerate(documents) if i % k != k - 1]
         held = [d for i, d in enumerate(documents) if i % k == k - 1]
@@ -445,6 +518,7 @@ def pretrain_bert(
     heldout: Sequence[Any] | float | None = 0.05,
     eval_every: int | None = None,
     init: nn.Module | None = None,
+    model_class: type[nn.Module] | None = None,
     seed: int = 0,
     device: torch.device | str | None = None,
     cache_name: str | None = None,
@@ -472,13 +546,15 @@ def pretrain_bert(
             ``eval_every`` steps and at the end (``history.evals``).
         init: a model of the same architecture to start from (continued pretraining)
             instead of random weights; it is not modified.
+        model_class: the registered model class to train (see
+            :func:`~course_lib.recipes.common.register_model`); by default
+            ``BertForPreTraining`` with ``nsp`` and ``BertForMaskedLM`` without. Its
+            ``pair_objective`` must agree with ``nsp``.
         seed: seeds the pairs, the masks, the batch order and the initial weights.
         device: default :func:`~course_lib.device.get_device`.
         cache_name: train through :func:`~course_lib.checkpoints.train_or_load` under this
             name (a second call with the same arguments loads the weights).
     """
-    from ..data import load_documents
-
     device = get_device() if device is None else torch.device(device)
     documents = list(load_documents() if documents is None else documents)
     if not documents:
@@ -489,34 +565,68 @@ def pretrain_bert(
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     if max_len < 8:
         raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+    default_class = BertForPreTraining if nsp else BertForMaskedLM
+    model_class = default_class if model_class is None else model_class
+    if registered_class(model_class.__name__) is not model_class:
+        raise ValueError(
+            f"model_class {model_class!r} is not the class registered as {model_class.__name__!r}"
+        )
+    if (model_class.pair_objective == "nsp") != nsp:
+        raise ValueError(
+            f"{model_class.__name__} has pair_objective={model_class.pair_objective!r}, but nsp={nsp}"
+        )
     train_docs, held_docs = split_documents(documents, heldout)
     if nsp and sum(1 for d in train_docs if _sentence_texts(d)) < 2:
         raise ValueError(
-            f"next-sentence prediction needs at least 2 training documents (random sentences come from another "
-            f"document; in text files, blank lines separate documents), got {len(train_docs)}: add text or use "
+            "next-sentence prediction needs at least 2 training documents (random sentences come from "
+            "another "
+            f"document; in text files, blank lines separate documents), got {len(train_docs)}: add text or "
+            "use "
             "nsp=False (--no-nsp)"
         )
     if tokenizer is None:
         tokenizer = train_tokenizer(train_docs, kind=tokenizer_kind, vocab_size=vocab_size)
-    ids = _special_ids(tokenizer)
+    ids = special_ids(tokenizer)
     size = config if isinstance(config, str) else None
     if size is not None:
-        config = bert_config(size, vocab_size=tokenizer.get_vocab_size(), max_len=max_len, pad_id=ids["pad"])
-    elif isinstance(config, BertConfig):
-        config = replace(config, vocab_size=tokenizer.get_vocab_size(), pad_token_id=ids["pad"], max_position_embeddings=max_len)
+        config = bert_config(
+            size,
+            vocab_size=tokenizer.get_vocab_size(),
+            max_len=max_len,
+            pad_id=ids["pad"],
+            config_class=model_class.config_class,
+        )
+    elif isinstance(config, model_class.config_class):
+        config = replace(
+            config,
+            vocab_size=tokenizer.get_vocab_size(),
+            pad_token_id=ids["pad"],
+            max_position_embeddings=max_len,
+        )
     else:
-        raise TypeError(f"config must be a BertConfig or a size name, got {type(config).__name__}")
+        raise TypeError(
+            f"config must be a {model_class.config_class.__name__} or a size name, got "
+            f"{type(config).__name__}"
+        )
     if lr is None:
         lr = DEFAULT_LR.get(size or "", 1e-3)
 
     examples = pretraining_examples(train_docs, tokenizer, max_len=max_len, nsp=nsp, seed=seed)
     if examples["input_ids"].size(0) < batch_size:
         raise ValueError(
-            f"the training text gives only {examples['input_ids'].size(0)} sequences, fewer than batch_size={batch_size}; "
+            f"the training text gives only {examples['input_ids'].size(0)} sequences, fewer than "
+            f"batch_size={batch_size}; "
             "give more text or a smaller batch size"
         )
-    data = pretraining_data(examples, tokenizer, masking=masking, static_copies=static_copies, batch_size=batch_size,
-                            mlm_probability=mlm_probability, seed=seed)
+    data = pretraining_data(
+        examples,
+        tokenizer,
+        masking=masking,
+        static_copies=static_copies,
+        batch_size=batch_size,
+        mlm_probability=mlm_probability,
+        seed=seed,
+    )
     held = None
     if held_docs:
         held = pretraining_examples(held_docs, tokenizer, max_len=max_len, nsp=nsp, seed=seed + 1)
@@ -526,36 +636,71 @@ def pretrain_bert(
         return evaluate_mlm(m, held, masker, seed=seed) if held is not None else {}
 
     seed_everything(seed)
-    model = (BertForPreTraining(config) if nsp else BertForMaskedLM(config)).to(device)
+    model = model_class(config).to(device)
     if init is not None:
         if type(init) is not type(model) or init.config.to_dict() != config.to_dict():
-            raise ValueError(f"init must be a {type(model).__name__} with the same configuration as the model to train")
+            raise ValueError(
+                f"init must be a {type(model).__name__} with the same configuration as the model to train"
+            )
         model.load_state_dict(init.state_dict())
 
     def train(m: nn.Module) -> History:
-        return pretrain(m, data, steps=steps, lr=lr, eval_fn=eval_fn if held is not None else None,
-                        eval_every=eval_every, progress=progress, desc=f"BERT pretraining ({masking} masking)")
+        return pretrain(
+            m,
+            data,
+            steps=steps,
+            lr=lr,
+            eval_fn=eval_fn if held is not None else None,
+            eval_every=eval_every,
+            progress=progress,
+            desc=f"BERT pretraining ({masking} masking)",
+        )
 
     if cache_name is None:
         history = train(model)
     else:
         spec = dict(
-            recipe="pretrain_bert", config=config.to_dict(), steps=steps, batch_size=batch_size, lr=lr, masking=masking,
-            static_copies=static_copies, nsp=nsp, max_len=max_len, mlm_probability=mlm_probability, seed=seed,
-            eval_every=eval_every, documents=documents_fingerprint(train_docs),
-            heldout=documents_fingerprint(held_docs) if held_docs else None, tokenizer=_tokenizer_fingerprint(tokenizer),
+            recipe="pretrain_bert",
+            config=config.to_dict(),
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            masking=masking,
+            static_copies=static_copies,
+            nsp=nsp,
+            max_len=max_len,
+            mlm_probability=mlm_probability,
+            seed=seed,
+            eval_every=eval_every,
+            documents=documents_fingerprint(train_docs),
+            heldout=documents_fingerprint(held_docs) if held_docs else None,
+            tokenizer=_tokenizer_fingerprint(tokenizer),
             init=weights_fingerprint(init) if init is not None else None,
         )
+        if model_class is not default_class:  # (the default classes keep their old cache keys)
+            spec["architecture"] = model_class.__name__
         history = train_or_load(cache_name, model, spec, train)
     model.eval()
     return PretrainedBert(model, tokenizer, history)
 
 
 @torch.no_grad()
-def top_predictions(model: nn.Module, tokenizer, inputs: Mapping[str, Tensor], positions: Sequence[int], *, k: int = 5, row: int = 0) -> list[list[tuple[str, float]]]:
+def top_predictions(
+    model: nn.Module,
+    tokenizer,
+    inputs: Mapping[str, Tensor],
+    positions: Sequence[int],
+    *,
+    k: int = 5,
+    row: int = 0,
+) -> list[list[tuple[str, float]]]:
     """The ``k`` most probable tokens (with probabilities) at each of ``positions`` of row ``row``."""
     device = model_device(model)
-    kwargs = {key: v[row : row + 1].to(device) for key, v in inputs.items() if key in ("input_ids", "attention_mask", "token_type_ids")}
+    kwargs = {
+        key: v[row : row + 1].to(device)
+        for key, v in inputs.items()
+        if key in ("input_ids", "attention_mask", "token_type_ids")
+    }
     was_training = model.training
     model.eval()
     logits = mlm_logits(model, **kwargs)[0]
@@ -580,10 +725,6 @@ def word_order_pairs(sentences: Sequence[Any], *, seed: int = 0) -> list[tuple[s
     place; sentences with fewer than three words before it are skipped). A word-order
     acceptability task in the spirit of CoLA, built from any text.
     """
-    import random
-
-    from ..data import detokenize
-
     rng = random.Random(seed)
     out = []
     for s in sentences:
@@ -600,15 +741,15 @@ def word_order_pairs(sentences: Sequence[Any], *, seed: int = 0) -> list[tuple[s
 
 def labelled_pairs(pairs: Sequence[tuple[str, str]], *, seed: int = 0) -> list[tuple[str, int]]:
     """Minimal pairs -> shuffled ``(text, label)`` items: 1 for the first member, 0 for the second."""
-    import random
-
     items = [(good, 1) for good, _ in pairs] + [(bad, 0) for _, bad in pairs]
     random.Random(seed).shuffle(items)
     return items
 
 
 @torch.no_grad()
-def minimal_pair_preference(model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 256) -> tuple[float, int]:
+def minimal_pair_preference(
+    model: nn.Module, tokenizer, pairs: Sequence[tuple[str, str]], *, batch_size: int = 256
+) -> tuple[float, int]:
     r"""How often a masked LM prefers the first member of each minimal pair: ``(share, n_used)``.
 
     Both sentences are tokenized; where they have the same length, the positions :math:`D`
@@ -617,7 +758,7 @@ def minimal_pair_preference(model: nn.Module, tokenizer, pairs: Sequence[tuple[s
     (Goldberg 2019's test of agreement, generalised). Pairs whose tokenizations differ in
     length are skipped; ``n_used`` says how many were scored.
     """
-    mask_id = _special_ids(tokenizer)["mask"]
+    mask_id = special_ids(tokenizer)["mask"]
     good_ids, bad_ids, masked = [], [], []
     for good, bad in pairs:
         g, b = tokenizer.encode(good).ids, tokenizer.encode(bad).ids
@@ -637,9 +778,11 @@ def minimal_pair_preference(model: nn.Module, tokenizer, pairs: Sequence[tuple[s
         sl = slice(i, i + batch_size)
         lengths = torch.tensor([len(x) for x in masked[sl]])
         pad = torch.nn.utils.rnn.pad_sequence
-        x = pad(masked[sl], batch_first=True, padding_value=_special_ids(tokenizer)["pad"])
+        x = pad(masked[sl], batch_first=True, padding_value=special_ids(tokenizer)["pad"])
         attn = (torch.arange(x.size(1))[None, :] < lengths[:, None]).long()
-        logp = torch.log_softmax(mlm_logits(model, input_ids=x.to(device), attention_mask=attn.to(device)).float(), -1).cpu()
+        logp = torch.log_softmax(
+            mlm_logits(model, input_ids=x.to(device), attention_mask=attn.to(device)).float(), -1
+        ).cpu()
         g = pad(good_ids[sl], batch_first=True)
         b = pad(bad_ids[sl], batch_first=True)
         diff = (g != b) & attn.bool()
@@ -655,11 +798,11 @@ def minimal_pair_preference(model: nn.Module, tokenizer, pairs: Sequence[tuple[s
 # ---------------------------------------------------------------------------------------
 
 
-def classification_inputs(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None, *, max_len: int = 128) -> dict[str, Tensor]:
+def classification_inputs(
+    tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None, *, max_len: int = 128
+) -> dict[str, Tensor]:
     """``[CLS] text [SEP]`` (or a pair) for every text: ``input_ids``, ``token_type_ids``,
     ``attention_mask`` (1 = real token), right-padded, truncated to ``max_len``."""
-    from ..data import encode_texts
-
     enc = encode_texts(tokenizer, list(texts), None if pairs is None else list(pairs), max_len=max_len)
     enc["attention_mask"] = enc["attention_mask"].long()
     return enc
@@ -678,7 +821,14 @@ def _split_labelled(items: Sequence[tuple[str, int]], what: str) -> tuple[list[s
 
 
 @torch.no_grad()
-def classification_accuracy(model: nn.Module, tokenizer, items: Sequence[tuple[str, int]], *, batch_size: int = 256, max_len: int | None = None) -> float:
+def classification_accuracy(
+    model: nn.Module,
+    tokenizer,
+    items: Sequence[tuple[str, int]],
+    *,
+    batch_size: int = 256,
+    max_len: int | None = None,
+) -> float:
     """Share of ``(text, label)`` items the classifier gets right."""
     texts, labels = _split_labelled(items, "items")
     device = model_device(model)
@@ -694,15 +844,24 @@ def classification_accuracy(model: nn.Module, tokenizer, items: Sequence[tuple[s
     return correct / len(texts)
 
 
-def _start_model(start: nn.Module | BertConfig, model_cls: type, seed: int, device, **config_changes: Any) -> tuple[nn.Module, BertModel | None]:
+def _start_model(
+    start: nn.Module | BertConfig, model_cls: type, seed: int, device, **config_changes: Any
+) -> tuple[nn.Module, BertModel | None]:
     """A fine-tuning model of ``model_cls``: its new layers from ``seed``, its encoder copied
     from ``start`` (the pooler too when both have one) or random when ``start`` is a config."""
     if isinstance(start, BertConfig):
         config, body = start, None
     else:
-        body = body_of(start, ("bert",))
+        body = body_of(start)
+        if type(body) is not model_cls.model_class:
+            raise TypeError(
+                f"{model_cls.__name__} starts from a {model_cls.model_class.__name__} body, got "
+                f"{type(start).__name__}"
+            )
         config = body.config
-    device = (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
+    device = (
+        (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
+    )
     seed_everything(seed)
     model = model_cls(replace(config, **config_changes))  # new layers (and a scratch body) from the seed
     if body is not None:
@@ -746,15 +905,31 @@ def _finetune(
         return trim_padding({k: v[sel] for k, v in enc.items()})
 
     def train(m: nn.Module) -> History:
-        return fit(m, batch_at, loss_fn, steps=steps, lr=lr, eval_fn=eval_fn, eval_every=eval_every,
-                   progress=progress, desc="fine-tuning" if body is not None else "training from scratch")
+        return fit(
+            m,
+            batch_at,
+            loss_fn,
+            steps=steps,
+            lr=lr,
+            eval_fn=eval_fn,
+            eval_every=eval_every,
+            progress=progress,
+            desc="fine-tuning" if body is not None else "training from scratch",
+        )
 
     if cache_name is None:
         history = train(model)
     else:
         spec = dict(
-            spec, config=model.config.to_dict(), start=weights_fingerprint(body) if body is not None else "scratch",
-            tokenizer=_tokenizer_fingerprint(tokenizer), steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every,
+            spec,
+            config=model.config.to_dict(),
+            start=weights_fingerprint(body) if body is not None else "scratch",
+            tokenizer=_tokenizer_fingerprint(tokenizer),
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            seed=seed,
+            eval_every=eval_every,
         )
         history = train_or_load(cache_name, model, spec, train)
     model.eval()
@@ -793,8 +968,13 @@ def finetune_classifier(
     """
     texts, labels = _split_labelled(train_items, "train_items")
     if int(labels.min()) < 0 or int(labels.max()) >= num_labels:
-        raise ValueError(f"labels must lie in [0, num_labels={num_labels}), got values in [{int(labels.min())}, {int(labels.max())}]")
-    model, body = _start_model(start, BertForSequenceClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout)
+        raise ValueError(
+            f"labels must lie in [0, num_labels={num_labels}), got values in [{int(labels.min())}, "
+            f"{int(labels.max())}]"
+        )
+    model, body = _start_model(
+        start, BertForSequenceClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout
+    )
     enc = classification_inputs(tokenizer, texts, max_len=model.config.max_len)
     enc["labels"] = labels
 
@@ -806,9 +986,27 @@ def finetune_classifier(
     def eval_fn(m: nn.Module) -> dict[str, float]:
         return {"accuracy": classification_accuracy(m, tokenizer, eval_items)}
 
-    spec = dict(recipe="finetune_classifier", train=_digest([texts, labels.tolist()]), eval=_digest(list(map(list, eval_items or []))))
-    history = _finetune(model, body, tokenizer, enc, loss_fn, eval_fn if eval_items else None, steps=steps, batch_size=batch_size,
-                        lr=lr, seed=seed, eval_every=eval_every, cache_name=cache_name, spec=spec, progress=progress)
+    spec = dict(
+        recipe="finetune_classifier",
+        train=_digest([texts, labels.tolist()]),
+        eval=_digest(list(map(list, eval_items or []))),
+    )
+    history = _finetune(
+        model,
+        body,
+        tokenizer,
+        enc,
+        loss_fn,
+        eval_fn if eval_items else None,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        eval_every=eval_every,
+        cache_name=cache_name,
+        spec=spec,
+        progress=progress,
+    )
     return model, history
 
 
@@ -817,19 +1015,30 @@ def finetune_classifier(
 # ---------------------------------------------------------------------------------------
 
 
-def _split_tagged(items: Sequence[tuple[Sequence[str], Sequence[int]]], what: str) -> tuple[list[list[str]], list[list[int]]]:
+def _split_tagged(
+    items: Sequence[tuple[Sequence[str], Sequence[int]]], what: str
+) -> tuple[list[list[str]], list[list[int]]]:
     if not items:
         raise ValueError(f"{what} holds no sentences")
     words, tags = [], []
     for k, it in enumerate(items):
         if len(it) != 2 or isinstance(it[0], str) or len(it[0]) != len(it[1]) or not len(it[0]):
-            raise ValueError(f"{what}[{k}]: expected (words, tags) with one tag per word and at least one word, got {it!r}"[:300])
+            raise ValueError(
+                f"{what}[{k}]: expected (words, tags) with one tag per word and at least one word, got "
+                f"{it!r}"[:300]
+            )
         words.append([str(w) for w in it[0]])
         tags.append([int(t) for t in it[1]])
     return words, tags
 
 
-def tagging_inputs(tokenizer, words: Sequence[Sequence[str]], tags: Sequence[Sequence[int]] | None = None, *, max_len: int = 128) -> dict[str, Tensor]:
+def tagging_inputs(
+    tokenizer,
+    words: Sequence[Sequence[str]],
+    tags: Sequence[Sequence[int]] | None = None,
+    *,
+    max_len: int = 128,
+) -> dict[str, Tensor]:
     """``[CLS] pieces [SEP]`` for every sentence given as words, right-padded to the longest.
 
     ``labels`` (when ``tags`` are given) holds a word's tag at its **first** word piece and
@@ -839,7 +1048,7 @@ def tagging_inputs(tokenizer, words: Sequence[Sequence[str]], tags: Sequence[Seq
     """
     if max_len < 3:
         raise ValueError(f"max_len must leave room for [CLS], a piece and [SEP], got {max_len}")
-    ids = _special_ids(tokenizer)
+    ids = special_ids(tokenizer)
     rows, labels, word_index = [], [], []
     for k, ws in enumerate(words):
         enc = tokenizer.encode(list(ws), is_pretokenized=True, add_special_tokens=False)
@@ -848,7 +1057,13 @@ def tagging_inputs(tokenizer, words: Sequence[Sequence[str]], tags: Sequence[Seq
         rows.append([ids["cls"], *piece_ids, ids["sep"]])
         word_index.append([-1, *[w if f else -1 for w, f in zip(word_ids, first)], -1])
         if tags is not None:
-            labels.append([IGNORE_INDEX, *[tags[k][w] if f else IGNORE_INDEX for w, f in zip(word_ids, first)], IGNORE_INDEX])
+            labels.append(
+                [
+                    IGNORE_INDEX,
+                    *[tags[k][w] if f else IGNORE_INDEX for w, f in zip(word_ids, first)],
+                    IGNORE_INDEX,
+                ]
+            )
     width = max(len(r) for r in rows)
 
     def pad(seqs: list[list[int]], value: int) -> Tensor:
@@ -867,7 +1082,12 @@ def tagging_inputs(tokenizer, words: Sequence[Sequence[str]], tags: Sequence[Seq
 
 @torch.no_grad()
 def tagging_accuracy(
-    model: nn.Module, tokenizer, items: Sequence[tuple[Sequence[str], Sequence[int]]], *, known_words: set[str] | None = None, batch_size: int = 256
+    model: nn.Module,
+    tokenizer,
+    items: Sequence[tuple[Sequence[str], Sequence[int]]],
+    *,
+    known_words: set[str] | None = None,
+    batch_size: int = 256,
 ) -> dict[str, float]:
     """Share of words tagged right (each word judged at its first piece); with ``known_words``
     also the accuracy on the words outside that set (``"unseen_accuracy"``: the words the
@@ -878,8 +1098,12 @@ def tagging_accuracy(
     model.eval()
     right, total, right_new, total_new = 0, 0, 0, 0
     for i in range(0, len(words), batch_size):
-        enc = tagging_inputs(tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_len)
-        logits = model(enc["input_ids"].to(device), enc["attention_mask"].to(device), enc["token_type_ids"].to(device)).logits
+        enc = tagging_inputs(
+            tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_len
+        )
+        logits = model(
+            enc["input_ids"].to(device), enc["attention_mask"].to(device), enc["token_type_ids"].to(device)
+        ).logits
         labelled = enc["labels"] != IGNORE_INDEX
         hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
         right += int(hit.sum())
@@ -928,8 +1152,12 @@ def finetune_tagger(
     words, tags = _split_tagged(train_items, "train_items")
     flat = [t for ts in tags for t in ts]
     if min(flat) < 0 or max(flat) >= num_labels:
-        raise ValueError(f"tags must lie in [0, num_labels={num_labels}), got values in [{min(flat)}, {max(flat)}]")
-    model, body = _start_model(start, BertForTokenClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout)
+        raise ValueError(
+            f"tags must lie in [0, num_labels={num_labels}), got values in [{min(flat)}, {max(flat)}]"
+        )
+    model, body = _start_model(
+        start, BertForTokenClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout
+    )
     enc = tagging_inputs(tokenizer, words, tags, max_len=model.config.max_len)
     del enc["word_index"]
     known = {w.lower() for ws in words for w in ws}
@@ -944,9 +1172,27 @@ def finetune_tagger(
         r = tagging_accuracy(m, tokenizer, eval_items, known_words=known)
         return {"accuracy": r["accuracy"], "unseen_accuracy": r["unseen_accuracy"]}
 
-    spec = dict(recipe="finetune_tagger", train=_digest([words, tags]), eval=_digest([list(map(list, it)) for it in eval_items or []]))
-    history = _finetune(model, body, tokenizer, enc, loss_fn, eval_fn if eval_items else None, steps=steps, batch_size=batch_size,
-                        lr=lr, seed=seed, eval_every=eval_every, cache_name=cache_name, spec=spec, progress=progress)
+    spec = dict(
+        recipe="finetune_tagger",
+        train=_digest([words, tags]),
+        eval=_digest([list(map(list, it)) for it in eval_items or []]),
+    )
+    history = _finetune(
+        model,
+        body,
+        tokenizer,
+        enc,
+        loss_fn,
+        eval_fn if eval_items else None,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        eval_every=eval_every,
+        cache_name=cache_name,
+        spec=spec,
+        progress=progress,
+    )
     return model, history
 
 
@@ -955,28 +1201,32 @@ def finetune_tagger(
 # ---------------------------------------------------------------------------------------
 
 
-def save_pretrained_bert(out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None) -> Path:
+def save_pretrained_bert(
+    out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None
+) -> Path:
     """Write ``model.safetensors`` (+ ``model.json``), ``config.json`` and ``tokenizer.json``
     into ``out_dir``, each atomically. Returns the folder."""
-    architecture = type(model).__name__
-    if architecture not in ("BertForPreTraining", "BertForMaskedLM"):
-        raise TypeError(f"expected a BertForPreTraining or BertForMaskedLM, got {architecture}")
+    architecture = architecture_of(model)
     config = {"architecture": architecture, **model.config.to_dict()}
     texts = {"config.json": json.dumps(config, indent=1), "tokenizer.json": tokenizer.to_str()}
     return save_folder(out_dir, model, {"architecture": architecture, **dict(metadata or {})}, texts)
 
 
-def load_pretrained_bert(path: Path | str, *, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
-    """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote: ``(model, tokenizer)``, eval mode."""
-    from tokenizers import Tokenizer
-
-    folder = require_files(path, ("config.json", "model.safetensors", "tokenizer.json"), "course pretrain-bert")
+def load_pretrained_bert(
+    path: Path | str, *, device: torch.device | str | None = None
+) -> tuple[nn.Module, Any]:
+    """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote:
+    ``(model, tokenizer)``, eval mode."""
+    folder = require_files(
+        path, ("config.json", "model.safetensors", "tokenizer.json"), "course pretrain-bert"
+    )
     config = json.loads((folder / "config.json").read_text())
     architecture = config.pop("architecture", "BertForPreTraining")
-    classes = {"BertForPreTraining": BertForPreTraining, "BertForMaskedLM": BertForMaskedLM}
-    if architecture not in classes:
-        raise ValueError(f"{folder / 'config.json'}: unknown architecture {architecture!r}")
-    model = classes[architecture](BertConfig(**config))
+    try:
+        cls = registered_class(architecture)
+    except ValueError as e:
+        raise ValueError(f"{folder / 'config.json'}: {e}") from None
+    model = cls(cls.config_class(**config))
     if device is not None:
         model = model.to(device)
     load_checkpoint(folder / "model.safetensors", model)
@@ -989,16 +1239,26 @@ def load_pretrained_bert(path: Path | str, *, device: torch.device | str | None 
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from ..data import load_documents
-
     try:
         device = get_device(args.device)
         documents = load_documents(args.text, n_docs=args.n_docs, seed=args.seed)
         t0 = time.perf_counter()
         result = pretrain_bert(
-            args.size, documents, steps=args.steps, batch_size=args.batch_size, lr=args.lr, masking=args.masking,
-            static_copies=args.static_copies, nsp=not args.no_nsp, max_len=args.max_len, tokenizer_kind=args.tokenizer,
-            vocab_size=args.vocab_size, heldout=0.05, eval_every=args.eval_every, seed=args.seed, device=device,
+            args.size,
+            documents,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            masking=args.masking,
+            static_copies=args.static_copies,
+            nsp=not args.no_nsp,
+            max_len=args.max_len,
+            tokenizer_kind=args.tokenizer,
+            vocab_size=args.vocab_size,
+            heldout=0.05,
+            eval_every=args.eval_every,
+            seed=args.seed,
+            device=device,
         )
     except (ValueError, FileNotFoundError) as exc:
         print(f"course pretrain-bert: {exc}", file=sys.stderr)
@@ -1008,8 +1268,12 @@ def _cmd(args: argparse.Namespace) -> int:
     metadata, evals = run_metadata(args, history, seconds, device)
     save_pretrained_bert(args.out, model, tokenizer, metadata=metadata)
     n_params = model.num_parameters()
-    print(f"pretrained a {args.size} BERT ({n_params / 1e6:.1f}M parameters, vocabulary {tokenizer.get_vocab_size()}) "
-          f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss {history.loss[-1]:.3f}")
+    print(
+        f"pretrained a {args.size} BERT ({n_params / 1e6:.1f}M parameters, vocabulary "
+        f"{tokenizer.get_vocab_size()}) "
+        f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
+        f"{history.loss[-1]:.3f}"
+    )
     if evals:
         print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()))
     else:
@@ -1023,21 +1287,42 @@ def register(sub) -> None:
     p = sub.add_parser(
         "pretrain-bert",
         help="pretrain a BERT (MLM + NSP) on your text or the generated corpus",
-        description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) and save "
+        description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) "
+        "and save "
         "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
     )
     add_text_and_out(p, out_help="folder for the model, its config and tokenizer")
     p.add_argument("--steps", type=positive(int), default=2000, help="optimiser steps (default 2000)")
-    p.add_argument("--size", choices=sorted(SIZES), default="small", help="model shape (default small; base-like = BERT-base)")
+    p.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="small",
+        help="model shape (default small; base-like = BERT-base)",
+    )
     p.add_argument("--batch-size", type=positive(int), default=64, help="sequences per step (default 64)")
-    p.add_argument("--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)")
+    p.add_argument(
+        "--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)"
+    )
     p.add_argument("--max-len", type=positive(int), default=128, help="tokens per sequence (default 128)")
-    p.add_argument("--vocab-size", type=positive(int), default=8000, help="tokenizer vocabulary (default 8000)")
-    p.add_argument("--tokenizer", choices=["wordpiece", "byte-bpe"], default="wordpiece", help="default wordpiece (BERT)")
-    p.add_argument("--masking", choices=["static", "dynamic"], default="dynamic", help="default dynamic (RoBERTa)")
-    p.add_argument("--static-copies", type=positive(int), default=1, help="masked copies for static masking (BERT used 10)")
+    p.add_argument(
+        "--vocab-size", type=positive(int), default=8000, help="tokenizer vocabulary (default 8000)"
+    )
+    p.add_argument(
+        "--tokenizer", choices=["wordpiece", "byte-bpe"], default="wordpiece", help="default wordpiece (BERT)"
+    )
+    p.add_argument(
+        "--masking", choices=["static", "dynamic"], default="dynamic", help="default dynamic (RoBERTa)"
+    )
+    p.add_argument(
+        "--static-copies",
+        type=positive(int),
+        default=1,
+        help="masked copies for static masking (BERT used 10)",
+    )
     p.add_argument("--no-nsp", action="store_true", help="masked LM only, on full-sentence blocks (RoBERTa)")
-    p.add_argument("--n-docs", type=positive(int), default=2000, help="generated documents when no --text is given")
+    p.add_argument(
+        "--n-docs", type=positive(int), default=2000, help="generated documents when no --text is given"
+    )
     add_run_options(p)
     p.set_defaults(func=_cmd)
 

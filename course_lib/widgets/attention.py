@@ -59,7 +59,9 @@ class AttentionExplorer:
         labels: ``{kind: (key_labels, query_labels)}`` (token strings for the axes).
     """
 
-    def __init__(self, weights: Mapping[str, Sequence], labels: Mapping[str, tuple[Sequence[str], Sequence[str]]]):
+    def __init__(
+        self, weights: Mapping[str, Sequence], labels: Mapping[str, tuple[Sequence[str], Sequence[str]]]
+    ):
         if not weights:
             raise ValueError("AttentionExplorer needs at least one kind of attention")
         self.weights = {k: [to_numpy(x) for x in v] for k, v in weights.items()}
@@ -109,7 +111,9 @@ class AttentionExplorer:
         self.kind_w = widgets.Dropdown(options=self.kinds, value=kind, description="attention")
         self.layer_w = widgets.IntSlider(value=0, min=0, max=self.n_layers[kind] - 1, description="layer")
         self.head_w = widgets.IntSlider(value=0, min=0, max=self.n_heads[kind] - 1, description="head")
-        self.temp_w = widgets.FloatLogSlider(value=1.0, base=10, min=-1, max=1, step=0.05, description="temperature")
+        self.temp_w = widgets.FloatLogSlider(
+            value=1.0, base=10, min=-1, max=1, step=0.05, description="temperature"
+        )
         self.out = widgets.Output()
 
         def on_kind(change):
@@ -124,7 +128,8 @@ class AttentionExplorer:
 
         self.kind_w.observe(on_kind, names="value")
         self.out = widgets.interactive_output(
-            render, {"kind": self.kind_w, "layer": self.layer_w, "head": self.head_w, "temperature": self.temp_w}
+            render,
+            {"kind": self.kind_w, "layer": self.layer_w, "head": self.head_w, "temperature": self.temp_w},
         )
         controls = widgets.VBox([self.kind_w, self.layer_w, self.head_w, self.temp_w])
         return widgets.HBox([controls, self.out])

@@ -3,7 +3,7 @@ r"""BERT widgets: watch the masking recipe at work, and browse a BERT's attentio
 **Masking widget.** Type a sentence, set the masking rate, redraw. Each token (besides
 ``[CLS]`` and ``[SEP]``) is chosen with probability :math:`p`; a chosen token then becomes
 ``[MASK]`` (80%), a random token (10%) or stays itself (10%), exactly as in pretraining
-(:func:`course_lib.mlm.mask_tokens`). The table shows what the model reads and, at every
+(:func:`course_lib.objectives.masking.mask_tokens`). The table shows what the model reads and, at every
 chosen position, its top-:math:`k` predictions
 
 .. math:: p(x_i = w \mid \tilde x) = \mathrm{softmax}(\mathrm{MLMHead}(h_i))_w .
@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..mlm import KEPT, MASKED, RANDOM, mask_tokens
+from ..data import special_ids
+from ..models.bert import body_of
+from ..objectives import KEPT, MASKED, RANDOM, mask_tokens
 from .attention import AttentionExplorer
 
 __all__ = ["TokenRow", "MaskingDraw", "MaskingWidget", "bert_attention", "bert_attention_explorer"]
@@ -42,7 +44,9 @@ class TokenRow:
     chosen: bool  # picked for prediction (its label counts in the loss)
     action: str  # "[MASK]", "random", "kept", or "" when not chosen
     shown: str  # what the model reads at this position
-    predictions: list[tuple[str, float]] = field(default_factory=list)  # top-k (token, probability) when chosen
+    predictions: list[tuple[str, float]] = field(
+        default_factory=list
+    )  # top-k (token, probability) when chosen
 
     @property
     def correct(self) -> bool | None:
@@ -84,37 +88,41 @@ class MaskingDraw:
         acc = self.accuracy()
         c = self.counts()
         lines.append(
-            f"chosen {self.n_chosen} of {len(self.rows)} tokens: {c['[MASK]']} [MASK], {c['random']} random, {c['kept']} kept"
-            + (f"; top-1 right at {acc:.0%} of them" if acc is not None else "")
+            f"chosen {self.n_chosen} of {len(self.rows)} tokens: {c['[MASK]']} [MASK], {c['random']} random, "
+            f"{c['kept']} kept" + (f"; top-1 right at {acc:.0%} of them" if acc is not None else "")
         )
         return "\n".join(lines)
 
     def to_html(self) -> str:
         """An HTML table: chosen rows highlighted, right top predictions in green."""
         colours = {"[MASK]": "#dbe9ff", "random": "#ffe3c4", "kept": "#e4f5dc", "": "transparent"}
-        head = "<tr><th>token</th><th>chosen</th><th>became</th><th>model reads</th><th>top predictions</th></tr>"
+        head = (
+            "<tr><th>token</th><th>chosen</th><th>became</th><th>model reads</th>"
+            "<th>top predictions</th></tr>"
+        )
         body = []
         for r in self.rows:
             preds = ", ".join(
-                (f"<b style='color:#1a7f37'>{html.escape(t)}</b>" if t == r.token else html.escape(t)) + f" {p:.2f}"
+                (f"<b style='color:#1a7f37'>{html.escape(t)}</b>" if t == r.token else html.escape(t))
+                + f" {p:.2f}"
                 for t, p in r.predictions
             )
             body.append(
-                f"<tr style='background:{colours[r.action]}'><td>{html.escape(r.token)}</td><td>{'yes' if r.chosen else ''}</td>"
+                f"<tr style='background:{colours[r.action]}'><td>{html.escape(r.token)}</td>"
+                f"<td>{'yes' if r.chosen else ''}</td>"
                 f"<td>{html.escape(r.action)}</td><td><code>{html.escape(r.shown)}</code></td><td>{preds}</td></tr>"
             )
         c = self.counts()
         acc = self.accuracy()
         summary = (
-            f"<p>chosen {self.n_chosen} of {len(self.rows)} tokens: {c['[MASK]']} [MASK], {c['random']} random, "
+            f"<p>chosen {self.n_chosen} of {len(self.rows)} tokens: {c['[MASK]']} [MASK], {c['random']} "
+            "random, "
             f"{c['kept']} kept" + (f"; top-1 right at {acc:.0%} of them" if acc is not None else "") + "</p>"
         )
         return f"<table style='font-family:monospace;font-size:12px'>{head}{''.join(body)}</table>{summary}"
 
 
 def _special_ids(tokenizer) -> dict[str, int]:
-    from ..data import special_ids
-
     return special_ids(tokenizer)
 
 
@@ -189,14 +197,22 @@ class MaskingWidget:
             raise ValueError("type a sentence first: the text is empty")
         enc = self.tokenizer.encode(self.text)
         if len(enc.ids) > self.max_len:
-            raise ValueError(f"the sentence has {len(enc.ids)} tokens; the model reads at most {self.max_len}")
+            raise ValueError(
+                f"the sentence has {len(enc.ids)} tokens; the model reads at most {self.max_len}"
+            )
         ids = torch.tensor(enc.ids)
         g = torch.Generator().manual_seed(self.seed)
         specials = sorted(set(self.ids.values()))
         masked, labels, actions = mask_tokens(
-            ids[None], vocab_size=self.tokenizer.get_vocab_size(), mask_token_id=self.ids["mask"], special_ids=specials,
-            mlm_probability=self.rate, mask_replace_prob=self.mask_replace_prob, random_replace_prob=self.random_replace_prob,
-            generator=g, return_actions=True,
+            ids[None],
+            vocab_size=self.tokenizer.get_vocab_size(),
+            mask_token_id=self.ids["mask"],
+            special_ids=specials,
+            mlm_probability=self.rate,
+            mask_replace_prob=self.mask_replace_prob,
+            random_replace_prob=self.random_replace_prob,
+            generator=g,
+            return_actions=True,
         )
         masked, actions = masked[0], actions[0]
         chosen = actions.nonzero().flatten().tolist()
@@ -214,13 +230,15 @@ class MaskingWidget:
                 predictions[pos] = [(self.tokenizer.id_to_token(int(i)), float(v)) for v, i in zip(vals, idx)]
         rows = []
         for pos, (tok_id, shown_id, act) in enumerate(zip(ids.tolist(), masked.tolist(), actions.tolist())):
-            rows.append(TokenRow(
-                token=self.tokenizer.id_to_token(tok_id),
-                chosen=act != 0,
-                action=_ACTION_NAMES[act],
-                shown=self.tokenizer.id_to_token(shown_id),
-                predictions=predictions.get(pos, []),
-            ))
+            rows.append(
+                TokenRow(
+                    token=self.tokenizer.id_to_token(tok_id),
+                    chosen=act != 0,
+                    action=_ACTION_NAMES[act],
+                    shown=self.tokenizer.id_to_token(shown_id),
+                    predictions=predictions.get(pos, []),
+                )
+            )
         self.last = MaskingDraw(self.text, self.rate, self.seed, rows, ids, masked, actions)
         self.draws += 1
         return self.last
@@ -229,10 +247,15 @@ class MaskingWidget:
         """Text box, masking-rate slider and redraw button over the table of the last draw."""
         import ipywidgets as widgets
 
-        self.text_w = widgets.Text(value=self.text, description="sentence", continuous_update=False,
-                                   layout=widgets.Layout(width="95%"))
-        self.rate_w = widgets.FloatSlider(value=self.rate, min=0.0, max=1.0, step=0.05, description="masking rate",
-                                          continuous_update=False)
+        self.text_w = widgets.Text(
+            value=self.text,
+            description="sentence",
+            continuous_update=False,
+            layout=widgets.Layout(width="95%"),
+        )
+        self.rate_w = widgets.FloatSlider(
+            value=self.rate, min=0.0, max=1.0, step=0.05, description="masking rate", continuous_update=False
+        )
         self.button_w = widgets.Button(description="redraw", tooltip="a new random draw")
         self.table_w = widgets.HTML()
 
@@ -261,7 +284,9 @@ class MaskingWidget:
 
 
 @torch.no_grad()
-def bert_attention(model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]) -> tuple[dict[str, list[Tensor]], dict[str, tuple[list[str], list[str]]]]:
+def bert_attention(
+    model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]
+) -> tuple[dict[str, list[Tensor]], dict[str, tuple[list[str], list[str]]]]:
     """Attention weights of a BERT for each sentence, in :class:`AttentionExplorer`'s format.
 
     ``sentences``: one text, a list of texts, or ``{name: text}``. A text may be a pair
@@ -274,8 +299,6 @@ def bert_attention(model, tokenizer, sentences: str | Sequence[str] | Mapping[st
     named = dict(sentences) if isinstance(sentences, Mapping) else {s: s for s in sentences}
     if not named:
         raise ValueError("bert_attention needs at least one sentence")
-    from ..models.bert import body_of
-
     body = body_of(model)
     device = body.device
     was_training = body.training
@@ -297,7 +320,9 @@ def bert_attention(model, tokenizer, sentences: str | Sequence[str] | Mapping[st
     return weights, labels
 
 
-def bert_attention_explorer(model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]) -> AttentionExplorer:
+def bert_attention_explorer(
+    model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]
+) -> AttentionExplorer:
     """An :class:`AttentionExplorer` over a BERT's self-attention, one entry per sentence:
     ``bert_attention_explorer(model, tok, {"tired": s1, "wide": s2}).widget()``."""
     weights, labels = bert_attention(model, tokenizer, sentences)

@@ -1,0 +1,15 @@
+"""Counting a model's parameters the way papers do: each tensor once, however often it is shared."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from torch import Tensor, nn
+
+__all__ = ["count_parameters"]
+
+
+def count_parameters(model: nn.Module, *, skip: Iterable[Tensor] = ()) -> int:
+    """Number of distinct parameters of ``model`` (a tied tensor counts once), leaving out ``skip``."""
+    skipped = {id(t) for t in skip}
+    return sum(p.numel() for p in model.parameters() if id(p) not in skipped)

@@ -1,0 +1,44 @@
+"""Pre-training objectives: what the model is asked to predict, and the loss ``fit()`` minimises.
+
+* :mod:`.masking`: which tokens a masked LM must fill in (BERT's 80/10/10), static or
+  dynamic masking of a whole data set;
+* :mod:`.pairs`: sentence pairs on token ids (next-sentence prediction), packing, batches;
+* :mod:`.losses`: the ``loss_fn`` of each objective for :func:`course_lib.train.fit`.
+
+This layer sits above the models (it calls them) and the data (it reads token ids).
+"""
+
+from .losses import PAIR_LABELS, elmo_lm_loss, pretraining_loss
+from .masking import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, as_generator, mask_tokens
+from .pairs import (
+    NSPPairs,
+    collate,
+    make_nsp_pairs,
+    pack_pair,
+    pack_pairs,
+    pack_stream,
+    trim_padding,
+    truncate_pair_lengths,
+)
+
+__all__ = [
+    "IGNORE_INDEX",
+    "KEPT",
+    "MASKED",
+    "RANDOM",
+    "MLMMasker",
+    "MaskedLMData",
+    "NSPPairs",
+    "PAIR_LABELS",
+    "as_generator",
+    "collate",
+    "elmo_lm_loss",
+    "make_nsp_pairs",
+    "mask_tokens",
+    "pack_pair",
+    "pack_pairs",
+    "pack_stream",
+    "pretraining_loss",
+    "trim_padding",
+    "truncate_pair_lengths",
+]

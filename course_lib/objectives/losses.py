@@ -1,0 +1,72 @@
+r"""The ``loss_fn``\ s that :func:`course_lib.train.fit` receives, one per pre-training objective.
+
+* :func:`pretraining_loss`: BERT's masked-LM loss, plus the sentence-pair loss (NSP) when
+  the model has that head and the batch its labels. The masked-LM formula itself,
+  :func:`~course_lib.models.bert.masked_lm_loss`, belongs to the model (its ``forward``
+  computes it when given ``labels``); this function feeds a batch in and reports metrics.
+* :func:`elmo_lm_loss`: ELMo's forward + backward language-model loss.
+
+A new objective (ALBERT's sentence order, distillation, XLNet's permutation LM) is one more
+function here with the same signature: ``loss_fn(model, batch) -> (loss, metrics)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+
+from ..models.bert import IGNORE_INDEX
+from ..models.elmo import ElmoLanguageModel
+from .pairs import trim_padding
+
+__all__ = ["PAIR_LABELS", "pretraining_loss", "elmo_lm_loss"]
+
+# batch field holding the labels of each sentence-pair objective (a model's ``pair_objective``)
+PAIR_LABELS = {"nsp": "next_sentence_label"}
+
+
+def pretraining_loss(
+    model: nn.Module, batch: Mapping[str, Tensor], *, masked_only: bool = True
+) -> tuple[Tensor, dict[str, float]]:
+    """``loss_fn`` for :func:`course_lib.train.fit`: MLM (+ NSP when the model and batch have it).
+
+    Works with ``BertForPreTraining`` (MLM + NSP: its ``pair_objective`` is ``"nsp"``),
+    ``BertForMaskedLM`` and ``RobertaForMaskedLM`` (MLM only: any next-sentence labels in the
+    batch are ignored). Columns that are padding in every row are dropped first
+    (:func:`~course_lib.objectives.pairs.trim_padding`). Returns ``(loss, metrics)`` with the
+    loss parts and the accuracies on masked tokens and next-sentence labels. ``masked_only``
+    runs the vocabulary projection on masked positions only (same loss, less work).
+    """
+    batch = trim_padding(batch)
+    kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
+    labels = batch["labels"]
+    pair = model.pair_objective
+    pair_label = batch.get(PAIR_LABELS[pair]) if pair is not None else None
+    if pair_label is not None:
+        kwargs[PAIR_LABELS[pair]] = pair_label
+    out = model(batch["input_ids"], labels=labels, masked_only=masked_only, **kwargs)
+    metrics: dict[str, float] = {}
+    with torch.no_grad():
+        logits = out.mlm_logits
+        chosen = labels != IGNORE_INDEX
+        if bool(chosen.any()):
+            predicted = logits.argmax(-1) if masked_only else logits[chosen].argmax(-1)
+            metrics["mlm_accuracy"] = (predicted == labels[chosen]).float().mean().item()
+        if pair_label is not None:
+            metrics["mlm_loss"] = out.mlm_loss.item()
+            metrics["nsp_loss"] = out.nsp_loss.item()
+            metrics["nsp_accuracy"] = (
+                (out.seq_relationship_logits.argmax(-1) == pair_label.view(-1)).float().mean().item()
+            )
+    return out.loss, metrics
+
+
+def elmo_lm_loss(model: ElmoLanguageModel, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    """``loss_fn`` for :func:`course_lib.train.fit`: ELMo's forward + backward LM loss.
+
+    ``batch`` = ``{"char_ids", "word_ids", "mask" (optional)}``.
+    """
+    out = model.lm_loss(batch["char_ids"], batch["word_ids"], batch.get("mask"))
+    return out.loss, {"forward_loss": out.forward.item(), "backward_loss": out.backward.item()}

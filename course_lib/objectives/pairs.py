@@ -1,0 +1,258 @@
+r"""Sentence pairs on token ids: next-sentence prediction, packing, batches.
+
+Everything works on token ids (lists of ``int`` or tensors), so any tokenizer fits.
+
+**Next-sentence pairs** (BERT). For each sentence A that has a successor in its document,
+B is the true next sentence with probability 1/2 (label 0) and otherwise a sentence drawn
+uniformly from a *different* document (label 1, Hugging Face's convention).
+
+**Packing.** ``[CLS] A [SEP] B [SEP]``, segment ids 0 for ``[CLS] A [SEP]`` and 1 for
+``B [SEP]``, attention mask 1 on real tokens. If the pair is longer than ``max_len`` the
+longer segment loses tokens from its end, one at a time (BERT's ``truncate_seq_pair``).
+RoBERTa packs full sentences from a stream instead (:func:`pack_stream`).
+
+Packing scatters all pairs at once; no Python loop runs over tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..models.bert import IGNORE_INDEX
+from .masking import as_generator
+
+__all__ = [
+    "NSPPairs",
+    "make_nsp_pairs",
+    "truncate_pair_lengths",
+    "pack_pairs",
+    "pack_pair",
+    "pack_stream",
+    "collate",
+    "trim_padding",
+]
+
+
+class NSPPairs(NamedTuple):
+    """Sentence pairs for next-sentence prediction."""
+
+    a: list[list[int]]  # first segments
+    b: list[list[int]]  # second segments
+    label: Tensor  # [n] long: 0 = B follows A in its document, 1 = B is a random sentence
+
+
+def make_nsp_pairs(
+    documents: Sequence[Sequence[Sequence[int]]], rng: Any = None, *, random_prob: float = 0.5
+) -> NSPPairs:
+    """One pair per sentence that has a successor: B is the next sentence or (with
+    ``random_prob``) a random sentence of another document.
+
+    ``documents``: a list of documents, each a list of sentences, each a list of token ids.
+    ``rng``: an int seed, a ``torch.Generator``, a ``numpy.random.Generator`` or
+    ``random.Random``. Empty sentences are dropped. Needs at least two non-empty documents.
+    """
+    g = as_generator(rng)
+    docs = [[list(s) for s in doc if len(s) > 0] for doc in documents]
+    docs = [d for d in docs if d]
+    if len(docs) < 2:
+        raise ValueError(
+            "next-sentence pairs need at least 2 non-empty documents (random B comes from another one), got "
+            f"{len(docs)}"
+        )
+    sentences = [s for d in docs for s in d]
+    n_sent = torch.tensor([len(d) for d in docs])
+    start = torch.cumsum(n_sent, 0) - n_sent  # index of each document's first sentence
+    doc_of = torch.repeat_interleave(torch.arange(len(docs)), n_sent)
+    # sentence i can be an A when i + 1 is in the same document
+    idx = torch.arange(len(sentences))
+    has_next = (idx + 1 < len(sentences)) & (doc_of[(idx + 1).clamp(max=len(sentences) - 1)] == doc_of)
+    a_idx = idx[has_next]
+    if a_idx.numel() == 0:
+        raise ValueError("no document has two sentences: there is no true next sentence to pair")
+    n = a_idx.numel()
+    is_random = torch.rand(n, generator=g) < random_prob
+    # a different document, uniformly: draw from D - 1 and skip A's own document
+    d_a = doc_of[a_idx]
+    r = torch.randint(len(docs) - 1, (n,), generator=g)
+    other = r + (r >= d_a).long()
+    rand_sent = start[other] + (torch.rand(n, generator=g) * n_sent[other]).long().clamp(
+        max=n_sent[other] - 1
+    )
+    b_idx = torch.where(is_random, rand_sent, a_idx + 1)
+    return NSPPairs(
+        a=[sentences[i] for i in a_idx.tolist()],
+        b=[sentences[i] for i in b_idx.tolist()],
+        label=is_random.long(),
+    )
+
+
+def truncate_pair_lengths(len_a: Tensor, len_b: Tensor, budget: int) -> tuple[Tensor, Tensor]:
+    """Lengths after BERT's ``truncate_seq_pair``: drop the last token of the longer segment
+    (B on ties) until ``len_a + len_b <= budget``. Vectorised over pairs."""
+    len_a, len_b = len_a.long(), len_b.long()
+    over = len_a + len_b > budget
+    half_up = (budget + 1) // 2
+    new_a = torch.minimum(len_a, torch.clamp(budget - len_b, min=half_up))
+    new_b = torch.minimum(len_b, budget - new_a)
+    return torch.where(over, new_a, len_a), torch.where(over, new_b, len_b)
+
+
+def _flat(seqs: Sequence[Sequence[int]]) -> tuple[Tensor, Tensor]:
+    """Concatenated ids and the length of each sequence."""
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    flat = torch.tensor(list(itertools.chain.from_iterable(seqs)), dtype=torch.long)
+    return flat, lengths
+
+
+def _scatter_segments(out: Tensor, flat: Tensor, lengths: Tensor, keep: Tensor, col0: Tensor) -> None:
+    """Write the first ``keep[i]`` ids of sequence ``i`` into ``out[i, col0[i]:]``."""
+    if flat.numel() == 0:
+        return
+    row = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    offset = torch.cumsum(lengths, 0) - lengths
+    j = torch.arange(flat.numel()) - offset[row]  # position inside its own sequence
+    ok = j < keep[row]
+    out[row[ok], (col0[row] + j)[ok]] = flat[ok]
+
+
+def pack_pairs(
+    tokens_a: Sequence[Sequence[int]],
+    tokens_b: Sequence[Sequence[int]] | None,
+    max_len: int,
+    *,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int = 0,
+) -> dict[str, Tensor]:
+    """``[CLS] A [SEP] B [SEP]`` for many pairs at once (``[CLS] A [SEP]`` when ``tokens_b`` is None).
+
+    Returns ``input_ids``, ``token_type_ids`` and ``attention_mask``, each
+    ``[n, width]`` with ``width`` the longest packed pair (at most ``max_len``), right-padded
+    with ``pad_id``. Over-long pairs lose tokens from the end of the longer segment.
+    """
+    n_special = 3 if tokens_b is not None else 2
+    if max_len < n_special + (2 if tokens_b is not None else 1):
+        raise ValueError(f"max_len={max_len} leaves no room for tokens besides the {n_special} special ones")
+    if tokens_b is not None and len(tokens_a) != len(tokens_b):
+        raise ValueError(f"tokens_a has {len(tokens_a)} segments but tokens_b has {len(tokens_b)}")
+    n = len(tokens_a)
+    if n == 0:
+        raise ValueError("pack_pairs got no segments")
+    flat_a, len_a = _flat(tokens_a)
+    if tokens_b is not None:
+        flat_b, len_b = _flat(tokens_b)
+    else:
+        flat_b, len_b = torch.zeros(0, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+    keep_a, keep_b = truncate_pair_lengths(len_a, len_b, max_len - n_special)
+    total = keep_a + keep_b + n_special
+    width = int(total.max()) if n else 0
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    rows = torch.arange(n)
+    ids[:, 0] = cls_id
+    ids[rows, keep_a + 1] = sep_id
+    _scatter_segments(ids, flat_a, len_a, keep_a, torch.ones(n, dtype=torch.long))
+    cols = torch.arange(width)[None, :]
+    attention_mask = (cols < total[:, None]).long()
+    if tokens_b is not None:
+        ids[rows, total - 1] = sep_id
+        _scatter_segments(ids, flat_b, len_b, keep_b, keep_a + 2)
+        token_type_ids = ((cols >= (keep_a + 2)[:, None]) & (cols < total[:, None])).long()
+    else:
+        token_type_ids = torch.zeros_like(ids)
+    return {"input_ids": ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+
+def pack_pair(
+    tokens_a: Sequence[int], tokens_b: Sequence[int] | None, max_len: int, *, cls_id: int, sep_id: int
+) -> dict[str, Tensor]:
+    """One pair: 1-D ``input_ids``, ``token_type_ids``, ``attention_mask`` (no padding)."""
+    out = pack_pairs(
+        [tokens_a], None if tokens_b is None else [tokens_b], max_len, cls_id=cls_id, sep_id=sep_id
+    )
+    return {k: v[0] for k, v in out.items()}
+
+
+def pack_stream(
+    sequences: Sequence[Sequence[int]],
+    max_len: int,
+    *,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int = 0,
+    separator_id: int | None = None,
+) -> dict[str, Tensor]:
+    """RoBERTa's FULL-SENTENCES packing: concatenate every sequence (with ``separator_id``
+    between them, if given), cut the stream into blocks of ``max_len - 2`` and wrap each as
+    ``[CLS] block [SEP]``. The last block is right-padded. Returns ``input_ids``,
+    ``attention_mask`` and all-zero ``token_type_ids``, ``[n_blocks, max_len]``.
+    """
+    body = max_len - 2
+    if body <= 0:
+        raise ValueError(f"max_len={max_len} leaves no room for tokens besides [CLS] and [SEP]")
+    if separator_id is not None:
+        sequences = [list(s) + [separator_id] for s in sequences]
+    flat, _ = _flat(sequences)
+    if flat.numel() == 0:
+        raise ValueError("pack_stream got no tokens")
+    n_blocks = -(-flat.numel() // body)
+    n_real = flat.numel()
+    blocks = F.pad(flat, (0, n_blocks * body - n_real), value=pad_id).view(n_blocks, body)
+    real = F.pad(torch.ones(n_real, dtype=torch.long), (0, n_blocks * body - n_real)).view(n_blocks, body)
+    lengths = real.sum(1)
+    ids = torch.full((n_blocks, max_len), pad_id, dtype=torch.long)
+    ids[:, 0] = cls_id
+    ids[:, 1 : body + 1] = blocks
+    ids[torch.arange(n_blocks), lengths + 1] = sep_id
+    attention_mask = (torch.arange(max_len)[None, :] < (lengths + 2)[:, None]).long()
+    return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": attention_mask}
+
+
+# ---------------------------------------------------------------------------------------
+# Batches
+# ---------------------------------------------------------------------------------------
+
+_PAD_VALUES = {"token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
+
+
+def collate(examples: Sequence[Mapping[str, Any]], *, pad_id: int = 0) -> dict[str, Tensor]:
+    """Stack examples (dicts of 1-D id sequences and scalars) into a right-padded batch.
+
+    ``input_ids`` pad with ``pad_id``, ``token_type_ids`` and ``attention_mask`` with 0,
+    ``labels`` with -100; scalars (e.g. ``next_sentence_label``) become a ``[batch]`` tensor.
+    A missing ``attention_mask`` is created (1 on every real token).
+    """
+    if not examples:
+        raise ValueError("collate got an empty list")
+    keys = list(examples[0])
+    out: dict[str, Tensor] = {}
+    for k in keys:
+        values = [torch.as_tensor(e[k]) for e in examples]
+        if values[0].dim() == 0:
+            out[k] = torch.stack(values)
+            continue
+        pad = pad_id if k == "input_ids" else _PAD_VALUES.get(k, 0)
+        out[k] = torch.nn.utils.rnn.pad_sequence(
+            [v.long() for v in values], batch_first=True, padding_value=pad
+        )
+    if "attention_mask" not in out and "input_ids" in out:
+        lengths = torch.tensor([len(e["input_ids"]) for e in examples])
+        out["attention_mask"] = (torch.arange(out["input_ids"].size(1))[None, :] < lengths[:, None]).long()
+    return out
+
+
+def trim_padding(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Drop the columns that are padding in every row (examples are padded to the longest
+    sequence of the whole data set; a batch rarely needs that width)."""
+    batch = dict(batch)
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return batch
+    width = int(mask.sum(1).max())
+    full = mask.size(1)
+    return {k: (v[:, :width] if v.dim() == 2 and v.size(1) == full else v) for k, v in batch.items()}

@@ -1,0 +1,39 @@
+"""course_lib.analysis: the probes and the layer normalisation the chapters import."""
+
+import torch
+
+from course_lib.analysis import linear_probe, normalise_layers, train_probe
+from course_lib.models.elmo import ScalarMix
+
+
+def two_blobs(n=200, dim=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 2, (n,), generator=g)
+    X = torch.randn(n, dim, generator=g) + 3.0 * y[:, None].float()
+    return X, y
+
+
+def test_logistic_probe_separates_separable_classes_and_is_seeded():
+    X, y = two_blobs()
+    predict = train_probe(X[:100], y[:100], 2, steps=100)
+    assert (predict(X[100:]) == y[100:]).float().mean() > 0.95
+    again = train_probe(X[:100], y[:100], 2, steps=100)
+    assert torch.equal(predict(X), again(X))
+
+
+def test_ridge_probe_reads_a_linear_property_and_not_noise():
+    X, y = two_blobs(400)
+    assert linear_probe(X, y, 2) > 0.95
+    noise = torch.randint(0, 4, (400,), generator=torch.Generator().manual_seed(1))
+    assert linear_probe(X, noise, 4) < 0.45  # chance is 0.25
+
+
+def test_normalise_layers_is_scalar_mix_layer_norm_without_padding():
+    X = torch.randn(3, 50, 8) * torch.tensor([1.0, 5.0, 0.1])[:, None, None] + 2.0
+    Z = normalise_layers(X)
+    assert torch.allclose(Z.mean(dim=(1, 2)), torch.zeros(3), atol=1e-5)
+    assert torch.allclose(Z.var(dim=(1, 2), unbiased=False), torch.ones(3), atol=1e-4)
+    mix = ScalarMix(3, do_layer_norm=True)
+    with torch.no_grad():
+        expected = mix(X[:, :, None], torch.ones(50, 1, dtype=torch.bool))[:, 0]
+    assert torch.allclose(Z.mean(0), expected, atol=1e-5)  # equal weights 1/3, gamma 1
