@@ -49,6 +49,7 @@ book: $(STAMP)
 	$(BIN)/course book
 
 test: $(STAMP) system-deps
+	$(BIN)/ruff check course_lib tests benchmarks
 	$(BIN)/python -m pytest tests book solutions --nbval-lax --nbval-current-env --durations=15
 
 # Another machine, simulated: PyTorch's portable CPU kernels instead of this CPU's SIMD ones,
