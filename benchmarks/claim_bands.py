@@ -75,6 +75,7 @@ def run_one(chapter: Path, setting: tuple[str, str, str, str], log: Path) -> tup
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(chapter)], env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
+    (OUT / f"log-{chapter.stem}-{name}.txt").write_text(proc.stdout + proc.stderr)
     if proc.returncode == 0:
         done.write_text(f"{seconds:.0f} s\n")
     status = "ok" if proc.returncode == 0 else f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
