@@ -81,7 +81,7 @@ def test_solution_notebook_is_valid_and_released():
 
 
 def test_reference_masking_matches_course_lib_statistics():
-    from course_lib.mlm import KEPT, MASKED, RANDOM, mask_tokens
+    from course_lib.objectives import KEPT, MASKED, RANDOM, mask_tokens
 
     ref = reference()["mask_tokens"]
     torch.manual_seed(0)
@@ -110,7 +110,7 @@ def test_reference_embeddings_match_bert_embeddings():
 
 
 def test_reference_packing_matches_course_lib():
-    from course_lib.mlm import pack_pair
+    from course_lib.objectives import pack_pair
 
     ref = reference()["pack_pair"]
     g = torch.Generator().manual_seed(0)

@@ -3,7 +3,7 @@
     0  device, train, checkpoints, claims        shared utilities
     1  nn/          building blocks             data/   text, tokenizers, ELMo's codec
     2  models/      one file per family, models/hf.py for Hugging Face interop
-    3  objectives/  masking, pairs, losses      (course_lib/mlm.py: the old name, re-exports)
+    3  objectives/  masking, pairs, losses
     4  recipes/, analysis/, pretrained          training recipes; probes and layer vectors
     5  widgets/, viz                            what the chapters show
     6  book, notebooks, cli, grading/, the package's __init__    tooling
@@ -28,7 +28,6 @@ LAYERS = {
     "data": 1,
     "models": 2,
     "objectives": 3,
-    "mlm": 3,
     "recipes": 4,
     "analysis": 4,
     "pretrained": 4,
