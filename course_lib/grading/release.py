@@ -256,8 +256,6 @@ def _blobs(text: str) -> tuple[str, list[dict]]:
 def _equivalent(current: str, new: str) -> bool:
     """The same release up to the last float digits of the packed expected values (a reference
     computed on another CPU may round differently)."""
-    import torch
-
     from .sandbox_worker import decode
 
     try:
@@ -266,21 +264,23 @@ def _equivalent(current: str, new: str) -> bool:
         return False
     if a != b or len(blobs_a) != len(blobs_b):
         return False
-    for x, y in zip(blobs_a, blobs_b):
-        if {k: v for k, v in x.items() if k != "calls"} != {k: v for k, v in y.items() if k != "calls"} or set(x["calls"]) != set(y["calls"]):
-            return False
-        for key, ex in x["calls"].items():
-            ey = y["calls"][key]
-            if ("value" in ex) != ("value" in ey):
-                return False
-            if "value" not in ex:
-                if ex != ey:
-                    return False
-                continue
-            va, vb = decode(ex["value"]), decode(ey["value"])
-            from .compare import compare_values
+    from .compare import compare_values
 
-            if compare_values(va, vb, rtol=1e-6, atol=1e-7, hidden=True) is not None:
+    def same(ex: dict, ey: dict) -> bool:
+        if "value" not in ex or "value" not in ey:
+            return ex == ey
+        return compare_values(decode(ex["value"]), decode(ey["value"]), rtol=1e-6, atol=1e-7, hidden=True) is None
+
+    for x, y in zip(blobs_a, blobs_b):
+        if {k: v for k, v in x.items() if k != "calls"} != {k: v for k, v in y.items() if k != "calls"}:
+            return False
+        # Calls are keyed by a digest of their arguments. Random inputs drawn with another CPU's
+        # kernels (torch.randn's vectorised paths) are other numbers, so their calls cannot be
+        # compared here: compare the calls made on the same arguments, and the number of calls.
+        if len(x["calls"]) != len(y["calls"]):
+            return False
+        for key in set(x["calls"]) & set(y["calls"]):
+            if not same(x["calls"][key], y["calls"][key]):
                 return False
     return True
 
