@@ -249,6 +249,10 @@ BROKEN = {
     "no assignment metadata": (lambda nb: nb["metadata"].pop("course"), "the notebook metadata has no 'course' entry"),
     "wrong assignment name": (lambda nb: nb["metadata"]["course"].update(assignment="03_bert"), "metadata course.assignment is '03_bert'"),
     "no set-up cell": (_delete("setup"), "the first code cell must be the set-up cell"),
+    "visible check draws with randn": (
+        _source("heads-check", "x = torch.randn(2, 3, 12)\nassert split_heads(x, 4).shape == (2, 4, 3, 3)"),
+        "visible check 'heads-small' draws its inputs with randn",
+    ),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -190,3 +191,35 @@ def test_a_failing_visible_check_names_itself():
     stub = {k: "def _nothing():\n    pass\n" for k in variants("02_transformer")["reference"]}
     ok, message = home_verdicts("02_transformer", stub)["heads-small"]
     assert not ok and message.startswith("NameError"), message
+
+
+RECORD_KEYS = """
+import json, sys
+from course_lib.grading.expected import unpack
+from course_lib.grading.format import load_assignment
+from course_lib.grading.release import expected_values
+out = {}
+for path in sys.argv[1:]:
+    for check, blob in expected_values(load_assignment(path)).items():
+        out[check] = sorted(unpack(blob)["calls"])
+print(json.dumps(out))
+"""
+
+
+def test_visible_checks_make_the_same_calls_on_other_cpu_kernels():
+    """The expected values shipped with a visible check are keyed by a digest of each call's
+    arguments. Recorded under PyTorch's portable kernels (another machine, simulated), every
+    check must make exactly the calls it makes here, or a student elsewhere would find no
+    record and get a home verdict that the grader does not give."""
+    paths = [str(ROOT / "solutions" / f"{ch}.ipynb") for ch in CHAPTERS]
+    keys = {}
+    for kernels in ("default", None):
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        if kernels:
+            env["ATEN_CPU_CAPABILITY"] = kernels
+        run = subprocess.run([sys.executable, "-c", RECORD_KEYS, *paths], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        keys[kernels] = json.loads(run.stdout)
+    assert keys["default"].keys() == keys[None].keys() and len(keys[None]) >= 8
+    differ = [c for c in keys[None] if keys["default"][c] != keys[None][c]]
+    assert not differ, f"visible checks whose calls depend on the CPU's kernels: {differ}"

@@ -96,6 +96,29 @@ def _multiline_strings(source: str) -> bool:
         return False
 
 
+# torch samplers whose numbers depend on the CPU's kernels: the vectorised normal sampler
+# (AVX2/AVX-512) and the portable one (ATEN_CPU_CAPABILITY=default) give other floats for
+# the same seed, so a visible check drawing its inputs with them would make calls that the
+# record shipped with the exercise does not hold on another student's machine.
+KERNEL_DEPENDENT_SAMPLERS = frozenset({"randn", "randn_like", "normal", "normal_", "log_normal_", "cauchy_"})
+
+
+def kernel_dependent_draws(source: str) -> list[str]:
+    """Names of the CPU-kernel-dependent samplers (``torch.randn`` ...) that ``source`` calls."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name in KERNEL_DEPENDENT_SAMPLERS:
+                found.add(name)
+    return sorted(found)
+
+
 def expected_values(assignment: Assignment) -> dict[str, str]:
     """Check id -> packed expected values, for every visible check that compares with the
     reference (see :mod:`course_lib.grading.expected`). Raises :class:`FormatError` for a
@@ -107,6 +130,15 @@ def expected_values(assignment: Assignment) -> dict[str, str]:
     out, problems = {}, []
     for check in assignment.checks:
         if check.hidden or not check.compare:
+            continue
+        draws = kernel_dependent_draws(check.source)
+        if draws:
+            problems.append(
+                f"visible check {check.id!r} draws its inputs with {', '.join(draws)}: these give other numbers on "
+                "other CPUs (their vectorised kernels differ), so the expected values shipped with the exercise "
+                "would not be found on a student's machine. Use inputs that are the same everywhere, e.g. "
+                "torch.randint(-8, 9, shape, generator=g) / 4, torch.rand(..., generator=g) or written values"
+            )
             continue
         runs = []
         for seed in (1, 2):
