@@ -50,7 +50,7 @@ book: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(BIN)/ruff check course_lib tests benchmarks
-	$(BIN)/python -m pytest tests book solutions --nbval-lax --nbval-current-env --durations=15
+	$(BIN)/python -m pytest tests solutions --nbval-lax --nbval-current-env --durations=15
 
 # Another machine, simulated: PyTorch's portable CPU kernels instead of this CPU's SIMD ones,
 # one thread (another summation order), and an empty model cache so every model is trained

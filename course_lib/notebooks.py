@@ -33,6 +33,7 @@ __all__ = [
     "refresh",
     "check_notebook",
     "check_chapter",
+    "compare_executed",
     "prose_numbers",
     "register",
 ]
@@ -105,6 +106,75 @@ def execute_notebook(path: Path, *, timeout: int = 900):
         if env_backup is None:
             os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
     return nb
+
+
+# What nbval leaves out of a comparison (its defaults without nbdime): metadata, images and
+# widget views (their model ids are random).
+_NOT_COMPARED = frozenset(
+    {
+        "metadata",
+        "traceback",
+        "prompt_number",
+        "output_type",
+        "name",
+        "execution_count",
+        "application/vnd.jupyter.widget-view+json",
+        "image/png",
+        "image/jpeg",
+    }
+)
+
+
+def _comparable(outputs) -> dict[str, list]:
+    """Outputs flattened as nbval compares them: streams of one name merged, then each output
+    key (and each MIME type of ``data``) mapped to the list of its values, in order."""
+    from collections import defaultdict
+
+    from nbval.plugin import coalesce_streams, transform_streams_for_comparison
+
+    flat: dict[str, list] = defaultdict(list)
+    copies = [nbformat.from_dict(o) for o in outputs]  # coalesce_streams edits what it merges
+    for out in transform_streams_for_comparison(coalesce_streams(copies)):
+        for key, value in out.items():
+            if key in _NOT_COMPARED:
+                continue
+            if key == "data":
+                for mime, text in value.items():
+                    if mime not in _NOT_COMPARED:
+                        flat[mime].append(text)
+            else:
+                flat[key].append(value)
+    return dict(flat)
+
+
+def compare_executed(source, executed) -> list[str]:
+    """``pytest --nbval-lax``'s verdict on a notebook that has already been executed (the book
+    build's copy in the Jupyter cache), so that a chapter runs once per test session: every
+    cell must run without an error, and every checked cell's fresh output must equal the
+    output stored in ``source``, compared as nbval compares (streams merged; metadata,
+    images and widget views left out). Returns the problems, one per cell."""
+    problems = []
+    code = [c for c in source.cells if c.cell_type == "code"]
+    done = [c for c in executed.cells if c.cell_type == "code"]
+    if [c.source for c in code] != [c.source for c in done]:
+        return ["the executed copy is of other code than the notebook (rebuild the book)"]
+    for number, (cell, ran) in enumerate(zip(code, done), start=1):
+        where = f"code cell {number} ({cell.source.strip().splitlines()[0][:60] if cell.source.strip() else 'empty'})"
+        errors = [o for o in ran.get("outputs", []) if o.get("output_type") == "error"]
+        if errors:
+            problems.append(f"{where} raised {errors[0].get('ename')}: {errors[0].get('evalue')}")
+            continue
+        if not is_checked(cell):
+            continue
+        want, got = _comparable(cell.get("outputs", [])), _comparable(ran.get("outputs", []))
+        if want != got:
+            lines = [f"{where}: output differs from the stored one"]
+            for key in sorted(set(want) | set(got)):
+                if want.get(key) != got.get(key):
+                    lines.append(f"  {key}: stored {want.get(key)!r}")
+                    lines.append(f"  {' ' * len(key)}  fresh  {got.get(key)!r}")
+            problems.append("\n".join(lines))
+    return problems
 
 
 def refresh(path: Path | str) -> None:

@@ -1,8 +1,10 @@
 """The book: notebook hygiene, the table of contents, a strict build, and a real browser.
 
-The build runs once per session (``built_book``); it executes every chapter that the
+The build runs once per session (``book_build``); it executes every chapter that the
 Jupyter cache does not already hold, and trains (or loads) their models into
-``$COURSE_CACHE``, which nbval's later execution of the same notebooks reuses.
+``$COURSE_CACHE``. Each chapter runs once: the chapters' own test (every cell runs, every
+checked output as stored: what ``pytest --nbval-lax`` decides) reads the executed copies
+that the build left in the Jupyter cache instead of executing the chapters again.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from course_lib.book import ASSETS, build_book
-from course_lib.notebooks import check_chapter, repository_url
+from course_lib.notebooks import check_chapter, compare_executed, repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -52,14 +54,44 @@ def test_repository_url_is_set_in_one_place():
 
 
 @pytest.fixture(scope="session")
-def built_book():
-    """Build the book with Sphinx warnings as errors; return the HTML folder."""
+def book_build() -> int:
+    """Build the book with Sphinx warnings as errors (executing the chapters the Jupyter
+    cache does not hold); return jupyter-book's exit code."""
     t0 = time.perf_counter()
     rc = build_book(ROOT, strict=True, quiet=True)
-    seconds = time.perf_counter() - t0
-    print(f"\nbook build: {seconds:.0f} s")
-    assert rc == 0, "jupyter-book build -W failed: see the output above"
+    print(f"\nbook build: {time.perf_counter() - t0:.0f} s")
+    return rc
+
+
+@pytest.fixture(scope="session")
+def built_book(book_build):
+    """The HTML folder of a strict build that succeeded."""
+    assert book_build == 0, "jupyter-book build -W failed: see the output above"
     return ROOT / "_build" / "html"
+
+
+def executed_chapter(path: Path):
+    """The build's executed copy of a chapter, from the Jupyter cache (or a failure that says
+    why there is none: the traceback of the cell that failed)."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(ROOT / "_build" / ".jupyter_cache")
+    nb = nbformat.read(path, as_version=4)
+    try:
+        return nb, cache.merge_match_into_notebook(nb)[1]
+    except KeyError:
+        failed = [r.traceback for r in cache.list_project_records() if Path(r.uri) == path and r.traceback]
+        why = f":\n{failed[-1]}" if failed else ""
+        pytest.fail(f"the book build did not execute {path.name} to the end{why}")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_runs_and_its_checked_outputs_are_as_stored(book_build, path):
+    """What ``pytest --nbval-lax book/NN.ipynb`` checks, on the build's execution: no cell
+    raises (the claims are assertions) and every checked cell prints what is stored."""
+    problems = compare_executed(*executed_chapter(path))
+    assert not problems, "\n".join(problems)
 
 
 def test_book_builds_strictly_with_every_page(built_book):

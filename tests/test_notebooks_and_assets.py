@@ -192,3 +192,48 @@ def test_check_chapter_enforces_claims_glue_and_exact_checks(tmp_path):
 
     no_claims = [_checked("print(shape)", "(2, 3)\n")]
     assert any("no claim" in p for p in check_chapter(_chapter(tmp_path, no_claims)))
+
+
+# --- the nbval verdict on the book build's executed copy (each chapter runs once) --------------
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    for source, outputs, tags in cells:
+        cell = nbformat.v4.new_code_cell(source, metadata={"tags": tags})
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]
+        nb.cells.append(cell)
+    return nb
+
+
+def _stream(text, name="stdout"):
+    return {"output_type": "stream", "name": name, "text": text}
+
+
+def test_compare_executed_decides_as_nbval_lax():
+    from course_lib.notebooks import compare_executed
+
+    stored = _nb(("print(1)", [_stream("1\n2\n")], ["nbval-check-output"]), ("plot()", [], []))
+    fresh = _nb(
+        ("print(1)", [_stream("1\n"), _stream("2\n")], []),  # the same text, flushed twice
+        ("plot()", [{"output_type": "display_data", "data": {"image/png": "abc"}, "metadata": {}}], []),
+    )
+    assert compare_executed(stored, fresh) == []
+    fresh.cells[0].outputs[1]["text"] = "3\n"
+    [problem] = compare_executed(stored, fresh)
+    assert "code cell 1 (print(1))" in problem and "'1\\n2\\n'" in problem and "'1\\n3\\n'" in problem
+    fresh.cells[0].outputs = [_stream("1\n2\n")]
+    error = {"output_type": "error", "ename": "AssertionError", "evalue": "claim", "traceback": []}
+    fresh.cells[1].outputs = [nbformat.from_dict(error)]
+    assert compare_executed(stored, fresh) == ["code cell 2 (plot()) raised AssertionError: claim"]
+    stored.cells[1].source = "plot(2)"
+    assert "other code" in compare_executed(stored, fresh)[0]
+
+
+def test_compare_executed_unchecked_cells_may_print_anything_checked_ones_not_an_extra_stream():
+    from course_lib.notebooks import compare_executed
+
+    stored = _nb(("f()", [_stream("a\n")], ["nbval-check-output"]), ("g()", [], []))
+    fresh = _nb(("f()", [_stream("a\n"), _stream("warn\n", "stderr")], []), ("g()", [_stream("0.123\n")], []))
+    [problem] = compare_executed(stored, fresh)
+    assert "stderr" in problem
