@@ -303,6 +303,34 @@ def test_saved_vocabulary_must_match_the_model(tmp_path, corpus):
         load_pretrained_elmo(tmp_path)
 
 
+def test_elmo_folders_go_through_the_model_registry(tmp_path, corpus):
+    """ELMo is saved and loaded as BERT is: config.json names the registered class."""
+    import json
+
+    import course_lib.recipes.bert  # noqa: F401  (registers the BERT classes)
+    from course_lib.recipes.common import registered_class
+
+    assert registered_class("ElmoLanguageModel") is ElmoLanguageModel
+    vocab = build_vocab(corpus, vocab_size=30)
+    lm = ElmoLanguageModel(elmo_config("tiny", vocab_size=30))
+    save_pretrained_elmo(tmp_path, lm, vocab, metadata={"note": "x"})
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architecture"] == "ElmoLanguageModel" and config["vocab_size"] == 30
+    # a folder written before the registry (no "architecture") still loads
+    del config["architecture"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded, _ = load_pretrained_elmo(tmp_path)
+    assert loaded.config == lm.config
+    for (n, a), (_, b) in zip(loaded.state_dict().items(), lm.state_dict().items()):
+        assert torch.equal(a, b), n
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architecture": "BertForMaskedLM"}))
+    with pytest.raises(ValueError, match="'BertForMaskedLM' is not a kind of ElmoLanguageModel"):
+        load_pretrained_elmo(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "hidden_size": 8}))
+    with pytest.raises(ValueError, match="unknown ElmoConfig fields"):
+        load_pretrained_elmo(tmp_path)
+
+
 def test_sizes_build():
     for size in ("tiny", "small", "medium"):
         assert elmo_config(size, vocab_size=100).vocab_size == 100

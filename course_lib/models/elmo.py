@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
@@ -200,6 +200,9 @@ class ElmoConfig:
             raise ValueError(f"n_highway must be >= 0, got {self.n_highway}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
     @property
     def n_filters(self) -> int:
@@ -546,6 +549,8 @@ class ElmoLanguageModel(nn.Module):
     * :meth:`lm_loss` -> the two directions' cross-entropies
     * :meth:`lm_logits` -> next/previous-word logits aligned with the words they predict
     """
+
+    config_class = ElmoConfig
 
     def __init__(self, config: ElmoConfig | None = None):
         super().__init__()

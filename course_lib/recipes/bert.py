@@ -37,11 +37,9 @@ Without ``--text`` (and without ``$COURSE_TEXT``) it trains on the generated cor
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -52,7 +50,6 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from ..checkpoints import load_checkpoint, train_or_load
 from ..data import (
     detokenize,
     encode_texts,
@@ -87,16 +84,17 @@ from ..objectives import (
 )
 from ..train import History, fit, model_device
 from .common import (
-    add_run_options,
-    add_text_and_out,
-    architecture_of,
+    add_recipe_command,
+    fingerprint,
+    load_model,
     module_main,
     positive,
     register_model,
     registered_class,
-    require_files,
-    run_metadata,
-    save_folder,
+    require_positive,
+    run_recipe,
+    save_model,
+    train_cached,
 )
 
 # the BERT-family classes the recipes build, save and load (a new family registers its own)
@@ -446,24 +444,20 @@ def pretrain(
 
 def documents_fingerprint(documents: Sequence[Any]) -> str:
     """A short hash of the documents' sentences (changes when the training text changes)."""
-    h = hashlib.sha256()
-    for d in documents:
-        h.update("\n".join(_sentence_texts(d)).encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:16]
+    return fingerprint(part for d in documents for part in ("\n".join(_sentence_texts(d)).encode(), b"\x00"))
 
 
 def _tokenizer_fingerprint(tokenizer) -> str:
-    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:16]
+    return fingerprint([tokenizer.to_str().encode()])
 
 
 def weights_fingerprint(model: nn.Module) -> str:
     """A short hash of a model's weights (e.g. to key a fine-tuning run on the pretrained body)."""
-    h = hashlib.sha256()
-    for name, t in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+    return fingerprint(
+        part
+        for name, t in sorted(model.state_dict().items())
+        for part in (name.encode(), t.detach().float().cpu().contiguous().numpy().tobytes())
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -559,10 +553,7 @@ def pretrain_bert(
     documents = list(load_documents() if documents is None else documents)
     if not documents:
         raise ValueError("pretrain_bert got no documents")
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    require_positive(steps=steps, batch_size=batch_size)
     if max_len < 8:
         raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
     default_class = BertForPreTraining if nsp else BertForMaskedLM
@@ -656,10 +647,8 @@ def pretrain_bert(
             desc=f"BERT pretraining ({masking} masking)",
         )
 
-    if cache_name is None:
-        history = train(model)
-    else:
-        spec = dict(
+    def spec() -> dict[str, Any]:
+        key = dict(
             recipe="pretrain_bert",
             config=config.to_dict(),
             steps=steps,
@@ -678,9 +667,10 @@ def pretrain_bert(
             init=weights_fingerprint(init) if init is not None else None,
         )
         if model_class is not default_class:  # (the default classes keep their old cache keys)
-            spec["architecture"] = model_class.__name__
-        history = train_or_load(cache_name, model, spec, train)
-    model.eval()
+            key["architecture"] = model_class.__name__
+        return key
+
+    history = train_cached(cache_name, model, spec, train)
     return PretrainedBert(model, tokenizer, history)
 
 
@@ -869,30 +859,56 @@ def _start_model(
     return model.to(device), body
 
 
+class _Task(NamedTuple):
+    """What a fine-tuning recipe brings to the run both share (:func:`_finetune`)."""
+
+    model_class: type  # the task model: BertForSequenceClassification, BertForTokenClassification
+    inputs: Callable[[int], dict[str, Tensor]]  # max_len -> the training rows, labels included
+    loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]]
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None
+    spec: dict[str, Any]  # the recipe's name and digests of its data (part of the cache key)
+
+
+# the options both fine-tuning recipes take and hand to _finetune unchanged
+_FINETUNE_OPTIONS = (
+    "num_labels",
+    "dropout",
+    "steps",
+    "batch_size",
+    "lr",
+    "seed",
+    "device",
+    "eval_every",
+    "cache_name",
+    "progress",
+)
+
+
 def _finetune(
-    model: nn.Module,
-    body: BertModel | None,
+    task: _Task,
+    start: nn.Module | BertConfig,
     tokenizer,
-    enc: dict[str, Tensor],
-    loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]],
-    eval_fn: Callable[[nn.Module], dict[str, float]] | None,
     *,
+    num_labels: int,
+    dropout: float | None,
     steps: int,
     batch_size: int,
     lr: float,
     seed: int,
+    device: torch.device | str | None,
     eval_every: int | None,
     cache_name: str | None,
-    spec: dict[str, Any],
     progress: bool | None,
-) -> History:
-    """The loop both fine-tuning recipes share: ``steps`` batches of ``batch_size`` rows of
-    ``enc`` in an order drawn from ``seed`` (reshuffled each epoch, the remainder carried
-    over), trained with :func:`~course_lib.train.fit`; cached under ``cache_name``."""
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+) -> tuple[nn.Module, History]:
+    """The run both fine-tuning recipes share: a ``task.model_class`` from ``start``
+    (:func:`_start_model`), then ``steps`` batches of ``batch_size`` rows of ``task.inputs`` in
+    an order drawn from ``seed`` (reshuffled each epoch, the remainder carried over), trained
+    with :func:`~course_lib.train.fit`; cached under ``cache_name``. Returns ``(model, history)``."""
+    require_positive(steps=steps, batch_size=batch_size)
+    model, body = _start_model(
+        start, task.model_class, seed, device, num_labels=num_labels, classifier_dropout=dropout
+    )
+    enc = task.inputs(model.config.max_len)
     n = enc["input_ids"].size(0)
     gen = torch.Generator().manual_seed(seed)
     order: list[int] = []
@@ -908,20 +924,18 @@ def _finetune(
         return fit(
             m,
             batch_at,
-            loss_fn,
+            task.loss_fn,
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn,
+            eval_fn=task.eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc="fine-tuning" if body is not None else "training from scratch",
         )
 
-    if cache_name is None:
-        history = train(model)
-    else:
-        spec = dict(
-            spec,
+    def spec() -> dict[str, Any]:
+        return dict(
+            task.spec,
             config=model.config.to_dict(),
             start=weights_fingerprint(body) if body is not None else "scratch",
             tokenizer=_tokenizer_fingerprint(tokenizer),
@@ -931,13 +945,17 @@ def _finetune(
             seed=seed,
             eval_every=eval_every,
         )
-        history = train_or_load(cache_name, model, spec, train)
-    model.eval()
-    return history
+
+    return model, train_cached(cache_name, model, spec, train)
+
+
+def _check_labels(low: int, high: int, num_labels: int, what: str) -> None:
+    if low < 0 or high >= num_labels:
+        raise ValueError(f"{what} must lie in [0, num_labels={num_labels}), got values in [{low}, {high}]")
 
 
 def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj).encode()).hexdigest()[:16]
+    return fingerprint([json.dumps(obj).encode()])
 
 
 def finetune_classifier(
@@ -967,16 +985,10 @@ def finetune_classifier(
     accuracy on ``eval_items``.
     """
     texts, labels = _split_labelled(train_items, "train_items")
-    if int(labels.min()) < 0 or int(labels.max()) >= num_labels:
-        raise ValueError(
-            f"labels must lie in [0, num_labels={num_labels}), got values in [{int(labels.min())}, "
-            f"{int(labels.max())}]"
-        )
-    model, body = _start_model(
-        start, BertForSequenceClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout
-    )
-    enc = classification_inputs(tokenizer, texts, max_len=model.config.max_len)
-    enc["labels"] = labels
+    _check_labels(int(labels.min()), int(labels.max()), num_labels, "labels")
+
+    def inputs(max_len: int) -> dict[str, Tensor]:
+        return {**classification_inputs(tokenizer, texts, max_len=max_len), "labels": labels}
 
     def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
         out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
@@ -991,23 +1003,9 @@ def finetune_classifier(
         train=_digest([texts, labels.tolist()]),
         eval=_digest(list(map(list, eval_items or []))),
     )
-    history = _finetune(
-        model,
-        body,
-        tokenizer,
-        enc,
-        loss_fn,
-        eval_fn if eval_items else None,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        eval_every=eval_every,
-        cache_name=cache_name,
-        spec=spec,
-        progress=progress,
-    )
-    return model, history
+    task = _Task(BertForSequenceClassification, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    options = locals()
+    return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})
 
 
 # ---------------------------------------------------------------------------------------
@@ -1151,16 +1149,13 @@ def finetune_tagger(
     """
     words, tags = _split_tagged(train_items, "train_items")
     flat = [t for ts in tags for t in ts]
-    if min(flat) < 0 or max(flat) >= num_labels:
-        raise ValueError(
-            f"tags must lie in [0, num_labels={num_labels}), got values in [{min(flat)}, {max(flat)}]"
-        )
-    model, body = _start_model(
-        start, BertForTokenClassification, seed, device, num_labels=num_labels, classifier_dropout=dropout
-    )
-    enc = tagging_inputs(tokenizer, words, tags, max_len=model.config.max_len)
-    del enc["word_index"]
+    _check_labels(min(flat), max(flat), num_labels, "tags")
     known = {w.lower() for ws in words for w in ws}
+
+    def inputs(max_len: int) -> dict[str, Tensor]:
+        enc = tagging_inputs(tokenizer, words, tags, max_len=max_len)
+        del enc["word_index"]
+        return enc
 
     def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
         out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
@@ -1177,23 +1172,9 @@ def finetune_tagger(
         train=_digest([words, tags]),
         eval=_digest([list(map(list, it)) for it in eval_items or []]),
     )
-    history = _finetune(
-        model,
-        body,
-        tokenizer,
-        enc,
-        loss_fn,
-        eval_fn if eval_items else None,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        eval_every=eval_every,
-        cache_name=cache_name,
-        spec=spec,
-        progress=progress,
-    )
-    return model, history
+    task = _Task(BertForTokenClassification, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    options = locals()
+    return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})
 
 
 # ---------------------------------------------------------------------------------------
@@ -1206,10 +1187,7 @@ def save_pretrained_bert(
 ) -> Path:
     """Write ``model.safetensors`` (+ ``model.json``), ``config.json`` and ``tokenizer.json``
     into ``out_dir``, each atomically. Returns the folder."""
-    architecture = architecture_of(model)
-    config = {"architecture": architecture, **model.config.to_dict()}
-    texts = {"config.json": json.dumps(config, indent=1), "tokenizer.json": tokenizer.to_str()}
-    return save_folder(out_dir, model, {"architecture": architecture, **dict(metadata or {})}, texts)
+    return save_model(out_dir, model, {"tokenizer.json": tokenizer.to_str()}, metadata=metadata)
 
 
 def load_pretrained_bert(
@@ -1217,20 +1195,14 @@ def load_pretrained_bert(
 ) -> tuple[nn.Module, Any]:
     """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote:
     ``(model, tokenizer)``, eval mode."""
-    folder = require_files(
-        path, ("config.json", "model.safetensors", "tokenizer.json"), "course pretrain-bert"
+    model, folder = load_model(
+        path,
+        ("tokenizer.json",),
+        "course pretrain-bert",
+        default_architecture="BertForPreTraining",
+        device=device,
     )
-    config = json.loads((folder / "config.json").read_text())
-    architecture = config.pop("architecture", "BertForPreTraining")
-    try:
-        cls = registered_class(architecture)
-    except ValueError as e:
-        raise ValueError(f"{folder / 'config.json'}: {e}") from None
-    model = cls(cls.config_class(**config))
-    if device is not None:
-        model = model.to(device)
-    load_checkpoint(folder / "model.safetensors", model)
-    return model.eval(), Tokenizer.from_file(str(folder / "tokenizer.json"))
+    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1239,11 +1211,8 @@ def load_pretrained_bert(
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    try:
-        device = get_device(args.device)
-        documents = load_documents(args.text, n_docs=args.n_docs, seed=args.seed)
-        t0 = time.perf_counter()
-        result = pretrain_bert(
+    def train(documents: list, device: torch.device) -> PretrainedBert:
+        return pretrain_bert(
             args.size,
             documents,
             steps=args.steps,
@@ -1260,38 +1229,28 @@ def _cmd(args: argparse.Namespace) -> int:
             seed=args.seed,
             device=device,
         )
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"course pretrain-bert: {exc}", file=sys.stderr)
-        return 2
-    seconds = time.perf_counter() - t0
-    model, tokenizer, history = result
-    metadata, evals = run_metadata(args, history, seconds, device)
-    save_pretrained_bert(args.out, model, tokenizer, metadata=metadata)
-    n_params = model.num_parameters()
-    print(
-        f"pretrained a {args.size} BERT ({n_params / 1e6:.1f}M parameters, vocabulary "
-        f"{tokenizer.get_vocab_size()}) "
-        f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
-        f"{history.loss[-1]:.3f}"
-    )
-    if evals:
-        print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()))
-    else:
-        print("held-out: none (too little text to hold documents back)")
-    print(f"saved to {Path(args.out).resolve()} (load with course_lib.recipes.bert.load_pretrained_bert)")
-    return 0
 
+    def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
+        return (
+            f"pretrained a {args.size} BERT ({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
+            f"{tokenizer.get_vocab_size()}) "
+            f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
+            f"{history.loss[-1]:.3f}"
+        )
 
-def register(sub) -> None:
-    """Add ``course pretrain-bert`` to the ``course`` command."""
-    p = sub.add_parser(
+    return run_recipe(
+        args,
         "pretrain-bert",
-        help="pretrain a BERT (MLM + NSP) on your text or the generated corpus",
-        description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) "
-        "and save "
-        "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
+        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
+        train=train,
+        save=save_pretrained_bert,
+        summary=summary,
+        held_back="documents",
+        loader="course_lib.recipes.bert.load_pretrained_bert",
     )
-    add_text_and_out(p, out_help="folder for the model, its config and tokenizer")
+
+
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive(int), default=2000, help="optimiser steps (default 2000)")
     p.add_argument(
         "--size",
@@ -1323,8 +1282,21 @@ def register(sub) -> None:
     p.add_argument(
         "--n-docs", type=positive(int), default=2000, help="generated documents when no --text is given"
     )
-    add_run_options(p)
-    p.set_defaults(func=_cmd)
+
+
+def register(sub) -> None:
+    """Add ``course pretrain-bert`` to the ``course`` command."""
+    add_recipe_command(
+        sub,
+        "pretrain-bert",
+        help="pretrain a BERT (MLM + NSP) on your text or the generated corpus",
+        description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) "
+        "and save "
+        "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
+        out_help="folder for the model, its config and tokenizer",
+        options=_options,
+        run=_cmd,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,27 +1,34 @@
-"""What every recipe shares: the registry of model classes, argument types and options of the
-command lines, the metadata stored with a trained model, atomic saving, and a checked loading
-of the folder. Used by :mod:`course_lib.recipes.elmo` and :mod:`course_lib.recipes.bert`.
+"""What every recipe shares: the registry of model classes, the checks and the cached training
+run of a recipe, the skeleton of its command line (``course <command>``: options, run,
+report), the metadata stored with a trained model, and saving and loading a model folder by
+its registered class. Used by :mod:`course_lib.recipes.elmo` and :mod:`course_lib.recipes.bert`.
 
 **The registry.** A recipe builds, saves and loads models by class *name*:
 :func:`register_model` makes a class known (``MODEL_CLASSES[name] = cls``), a saved folder
 records the name (``"architecture"`` in ``config.json``) and :func:`registered_class` turns it
 back into the class, whose ``config_class`` rebuilds the configuration. A new model family
 (ALBERT next) registers its classes and every recipe that takes a ``model_class`` trains,
-saves and loads it; nothing is copied and no recipe names a class.
+saves and loads it; nothing is copied and no recipe names a class. :func:`save_model` and
+:func:`load_model` are the one way a recipe writes and reads a model folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..checkpoints import atomic_write_text, save_checkpoint
+from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..device import get_device
 from ..train import History
 
 __all__ = [
@@ -29,12 +36,19 @@ __all__ = [
     "register_model",
     "registered_class",
     "architecture_of",
+    "require_positive",
+    "fingerprint",
+    "train_cached",
     "positive",
     "add_text_and_out",
     "add_run_options",
+    "add_recipe_command",
+    "run_recipe",
     "run_metadata",
     "save_folder",
     "require_files",
+    "save_model",
+    "load_model",
     "module_main",
 ]
 
@@ -74,6 +88,35 @@ def architecture_of(model: nn.Module) -> str:
             f"{sorted(MODEL_CLASSES)}"
         )
     return name
+
+
+def require_positive(**values: int) -> None:
+    """``ValueError`` naming the first of ``values`` (name -> number) that is below 1."""
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be positive, got {value}")
+
+
+def fingerprint(parts: Iterable[bytes]) -> str:
+    """A short hash (16 hex digits of SHA-256) of ``parts`` in order: the recipes' cache keys
+    of texts, tokenizers and weights."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()[:16]
+
+
+def train_cached(
+    cache_name: str | None,
+    model: nn.Module,
+    spec: Callable[[], Mapping[str, Any]],
+    train: Callable[[nn.Module], History],
+) -> History:
+    """``train(model)``, or, with a ``cache_name``, :func:`~course_lib.checkpoints.train_or_load`
+    keyed by ``spec()`` (built only then: it may hash the data). Leaves ``model`` in eval mode."""
+    history = train(model) if cache_name is None else train_or_load(cache_name, model, spec(), train)
+    model.eval()
+    return history
 
 
 def positive(kind: type) -> Callable[[str], Any]:
@@ -116,6 +159,67 @@ def add_run_options(p: argparse.ArgumentParser, *, seed: int = 0) -> None:
     p.add_argument("--seed", type=int, default=seed)
 
 
+def add_recipe_command(
+    sub: Any,
+    command: str,
+    *,
+    help: str,
+    description: str,
+    out_help: str,
+    options: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    seed: int = 0,
+) -> argparse.ArgumentParser:
+    """Add ``course <command>`` to the subparsers ``sub``: ``--text`` and ``--out``, the recipe's
+    own ``options(parser)``, then ``--eval-every``, ``--device`` and ``--seed``; ``run(args)``
+    runs it (usually through :func:`run_recipe`)."""
+    p = sub.add_parser(command, help=help, description=description)
+    add_text_and_out(p, out_help=out_help)
+    options(p)
+    add_run_options(p, seed=seed)
+    p.set_defaults(func=run)
+    return p
+
+
+def run_recipe(
+    args: argparse.Namespace,
+    command: str,
+    *,
+    read_text: Callable[[], Any],
+    train: Callable[[Any, torch.device], tuple[nn.Module, Any, History]],
+    save: Callable[..., Path],
+    summary: Callable[[nn.Module, Any, History, torch.device, float], str],
+    held_back: str,
+    loader: str,
+    heldout_note: Callable[[Mapping[str, float]], str] | None = None,
+) -> int:
+    """The run of every ``course <command>``: pick the device, ``read_text()``, ``train(text,
+    device) -> (model, tokenizer or vocabulary, history)`` (timed), save it with
+    :func:`run_metadata` and print ``summary(...)``, the held-out evaluation (plus
+    ``heldout_note(evals)``) and where the model went (``loader`` reads it back). A
+    ``ValueError`` or ``FileNotFoundError`` before the training ends is printed as
+    ``course <command>: ...`` and returns 2; success returns 0."""
+    try:
+        device = get_device(args.device)
+        text = read_text()
+        t0 = time.perf_counter()
+        model, extra, history = train(text, device)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"course {command}: {exc}", file=sys.stderr)
+        return 2
+    seconds = time.perf_counter() - t0
+    metadata, evals = run_metadata(args, history, seconds, device)
+    save(args.out, model, extra, metadata=metadata)
+    print(summary(model, extra, history, device, seconds))
+    if evals:
+        note = heldout_note(evals) if heldout_note is not None else ""
+        print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()) + note)
+    else:
+        print(f"held-out: none (too little text to hold {held_back} back)")
+    print(f"saved to {Path(args.out).resolve()} (load with {loader})")
+    return 0
+
+
 def run_metadata(
     args: argparse.Namespace, history: History, seconds: float, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, float]]:
@@ -155,6 +259,60 @@ def require_files(path: Path | str, names: tuple[str, ...], command: str) -> Pat
         if not (folder / name).is_file():
             raise FileNotFoundError(f"{folder / name} is missing: not a folder written by `{command}`")
     return folder
+
+
+def save_model(
+    out_dir: Path | str,
+    model: nn.Module,
+    texts: Mapping[str, str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a model folder: ``config.json`` (the registered ``"architecture"`` and the
+    configuration), ``model.safetensors`` (+ ``model.json``: ``metadata`` and the architecture)
+    and each of ``texts`` (file name -> content, e.g. the tokenizer), each atomically.
+    :func:`load_model` reads it back. Returns the folder."""
+    architecture = architecture_of(model)
+    config = {"architecture": architecture, **model.config.to_dict()}
+    texts = {"config.json": json.dumps(config, indent=1), **texts}
+    return save_folder(out_dir, model, {"architecture": architecture, **dict(metadata or {})}, texts)
+
+
+def load_model(
+    path: Path | str,
+    files: tuple[str, ...],
+    command: str,
+    *,
+    default_architecture: str,
+    expected: type[nn.Module] = nn.Module,
+    device: torch.device | str | None = None,
+) -> tuple[nn.Module, Path]:
+    """Read the model of a folder written by :func:`save_model`: ``(model in eval mode, folder)``.
+
+    The folder must also hold ``files`` (else a ``FileNotFoundError`` naming ``command``, the
+    command that writes such folders). The class is the registered one named in
+    ``config.json`` (``default_architecture`` when it names none, as in older folders) and
+    must be a subclass of ``expected``; unknown configuration fields are an error.
+    """
+    folder = require_files(path, ("config.json", "model.safetensors", *files), command)
+    config = json.loads((folder / "config.json").read_text())
+    architecture = config.pop("architecture", default_architecture)
+    try:
+        cls = registered_class(architecture)
+    except ValueError as e:
+        raise ValueError(f"{folder / 'config.json'}: {e}") from None
+    if not issubclass(cls, expected):
+        raise ValueError(
+            f"{folder / 'config.json'}: architecture {architecture!r} is not a kind of {expected.__name__}"
+        )
+    unknown = sorted(set(config) - {f.name for f in fields(cls.config_class)})
+    if unknown:
+        raise ValueError(f"{folder / 'config.json'}: unknown {cls.config_class.__name__} fields {unknown}")
+    model = cls(cls.config_class(**config))
+    if device is not None:
+        model = model.to(device)
+    load_checkpoint(folder / "model.safetensors", model)
+    return model.eval(), folder
 
 
 def module_main(register: Callable[[Any], None], command: str, module: str, argv: list[str] | None) -> int:

@@ -40,20 +40,17 @@ chapter runs on a CPU) gives the same weights bit for bit, on the same machine a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from ..checkpoints import load_checkpoint, train_or_load
 from ..data import WordVocab, load_sentences
 from ..data.chars import BOS_TOKEN, EOS_TOKEN, MAX_CHARS_PER_TOKEN, words_to_char_ids
 from ..device import get_device, seed_everything
@@ -61,14 +58,19 @@ from ..models.elmo import ElmoConfig, ElmoLanguageModel
 from ..objectives.losses import elmo_lm_loss
 from ..train import History, fit, model_device, to_device
 from .common import (
-    add_run_options,
-    add_text_and_out,
+    add_recipe_command,
+    fingerprint,
+    load_model,
     module_main,
     positive,
-    require_files,
-    run_metadata,
-    save_folder,
+    register_model,
+    require_positive,
+    run_recipe,
+    save_model,
+    train_cached,
 )
+
+register_model(ElmoLanguageModel)  # the class the ELMo recipe builds, saves and loads
 
 __all__ = [
     "SIZES",
@@ -354,8 +356,7 @@ def train_elmo(
     ``eval_every`` steps and at the end (``prefix_eval=False`` skips the prefix loss, which
     runs one copy of the batch per position).
     """
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
+    require_positive(steps=steps)
     eval_fn = None if eval_batch is None else (lambda m: evaluate_lm(m, eval_batch, prefix=prefix_eval))
     return fit(
         model,
@@ -385,11 +386,9 @@ def compare_naive_bidirectional(
     config: ElmoConfig,
     steps: int,
     lr: float = 2e-3,
-    eval_batch: Mapping[str, Tensor] | None = None,
-    eval_every: int | None = None,
     seed: int = 0,
     device: torch.device | str | None = None,
-    **fit_kwargs: Any,
+    **train_kwargs: Any,
 ) -> NaiveComparison:
     """Train the honest biLM and the naive "seeing itself" variant on the same batches.
 
@@ -400,7 +399,8 @@ def compare_naive_bidirectional(
     ``prefix_forward_loss`` (the future hidden) to be far above it. Measured with the default
     config on 19k generated sentences (vocabulary 3,723, batch 32, lr 1e-2, 300 steps): honest
     forward loss 4.22 = prefix loss 4.22; naive forward loss 3.08, prefix loss 12.2 (worse than
-    a uniform guess, ln 3723 = 8.2).
+    a uniform guess, ln 3723 = 8.2). ``train_kwargs`` go to :func:`train_elmo` for both models
+    (``eval_batch``, ``eval_every``, ``prefix_eval`` and :func:`~course_lib.train.fit`'s options).
     """
     device = torch.device(device) if device is not None else get_device()
     result = NaiveComparison()
@@ -408,16 +408,7 @@ def compare_naive_bidirectional(
         torch.manual_seed(seed)
         model = ElmoLanguageModel(replace(config, naive_bidirectional=naive)).to(device)
         result.models[name] = model
-        result.histories[name] = train_elmo(
-            model,
-            batches,
-            steps=steps,
-            lr=lr,
-            eval_batch=eval_batch,
-            eval_every=eval_every,
-            desc=name,
-            **fit_kwargs,
-        )
+        result.histories[name] = train_elmo(model, batches, steps=steps, lr=lr, desc=name, **train_kwargs)
     return result
 
 
@@ -431,11 +422,7 @@ class PretrainedElmo(NamedTuple):
 
 def sentences_fingerprint(sentences: Sequence[Any]) -> str:
     """A short hash of the sentences' tokens (changes when the training text changes)."""
-    h = hashlib.sha256()
-    for s in sentences:
-        h.update("\x1f".join(_tokens(s)).encode())
-        h.update(b"\x1e")
-    return h.hexdigest()[:16]
+    return fingerprint(part for s in sentences for part in ("\x1f".join(_tokens(s)).encode(), b"\x1e"))
 
 
 def _split_heldout(sentences: list, heldout: float | int | None) -> tuple[list, list]:
@@ -499,10 +486,7 @@ def pretrain_elmo(
     )
     if not sentences:
         raise ValueError("pretrain_elmo got no sentences")
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    require_positive(steps=steps, batch_size=batch_size)
     train_sents, held_sents = _split_heldout(sentences, heldout)
     if len(train_sents) < batch_size:
         raise ValueError(
@@ -543,10 +527,8 @@ def pretrain_elmo(
             desc=kind,
         )
 
-    if cache_name is None:
-        history = train(model)
-    else:
-        spec = dict(
+    def spec() -> dict[str, Any]:
+        return dict(
             recipe="pretrain_elmo",
             config=asdict(config),
             steps=steps,
@@ -561,8 +543,8 @@ def pretrain_elmo(
             heldout=sentences_fingerprint(held_sents) if held_sents else None,
             vocab=len(vocab),
         )
-        history = train_or_load(cache_name, model, spec, train)
-    model.eval()
+
+    history = train_cached(cache_name, model, spec, train)
     return PretrainedElmo(model, vocab, history)
 
 
@@ -578,11 +560,7 @@ def save_pretrained_elmo(
     ``out_dir``, each atomically. Returns the folder."""
     if not isinstance(model, ElmoLanguageModel):
         raise TypeError(f"expected an ElmoLanguageModel, got {type(model).__name__}")
-    texts = {
-        "config.json": json.dumps(asdict(model.config), indent=1),
-        "vocab.json": json.dumps(vocab.to_dict()),
-    }
-    return save_folder(out_dir, model, metadata or {}, texts)
+    return save_model(out_dir, model, {"vocab.json": json.dumps(vocab.to_dict())}, metadata=metadata)
 
 
 def load_pretrained_elmo(
@@ -590,23 +568,20 @@ def load_pretrained_elmo(
 ) -> tuple[ElmoLanguageModel, Any]:
     """Read what :func:`save_pretrained_elmo` (or ``course train-elmo``) wrote: ``(model, vocab)``,
     eval mode."""
-    folder = require_files(path, ("config.json", "model.safetensors", "vocab.json"), "course train-elmo")
-    raw = json.loads((folder / "config.json").read_text())
-    known = {f.name for f in fields(ElmoConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ValueError(f"{folder / 'config.json'}: unknown ElmoConfig fields {unknown}")
-    raw["filters"] = tuple(tuple(f) for f in raw.get("filters", ()))
-    model = ElmoLanguageModel(ElmoConfig(**raw))
-    if device is not None:
-        model = model.to(device)
-    load_checkpoint(folder / "model.safetensors", model)
+    model, folder = load_model(
+        path,
+        ("vocab.json",),
+        "course train-elmo",
+        default_architecture="ElmoLanguageModel",
+        expected=ElmoLanguageModel,
+        device=device,
+    )
     vocab = WordVocab.from_dict(json.loads((folder / "vocab.json").read_text()))
     if len(vocab) != model.config.vocab_size:
         raise ValueError(
             f"{folder}: vocab.json has {len(vocab)} words, the model's softmax {model.config.vocab_size}"
         )
-    return model.eval(), vocab
+    return model, vocab
 
 
 # ---------------------------------------------------------------------------------------
@@ -615,11 +590,8 @@ def load_pretrained_elmo(
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    try:
-        device = get_device(args.device)
-        sentences = load_sentences(args.text, n_sentences=args.n_sentences, seed=args.seed)
-        t0 = time.perf_counter()
-        model, vocab, history = pretrain_elmo(
+    def train(sentences: list, device: torch.device) -> PretrainedElmo:
+        return pretrain_elmo(
             args.size,
             sentences,
             steps=args.steps,
@@ -631,39 +603,31 @@ def _cmd(args: argparse.Namespace) -> int:
             seed=args.seed,
             device=device,
         )
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"course train-elmo: {exc}", file=sys.stderr)
-        return 2
-    seconds = time.perf_counter() - t0
-    metadata, evals = run_metadata(args, history, seconds, device)
-    save_pretrained_elmo(args.out, model, vocab, metadata=metadata)
-    print(
-        f"trained a {args.size} ELMo biLM ({model.num_parameters() / 1e6:.2f}M parameters without the "
-        "softmax, "
-        f"softmax over {len(vocab)} words) for {len(history.loss)} steps on {device.type} in {seconds:.0f} "
-        "s; "
-        f"final training loss {history.loss[-1]:.3f}"
-    )
-    if evals:
-        ppl = math.exp((evals["forward_loss"] + evals["backward_loss"]) / 2)
-        print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()) + f" (perplexity {ppl:.1f})")
-    else:
-        print("held-out: none (too little text to hold sentences back)")
-    print(f"saved to {Path(args.out).resolve()} (load with course_lib.recipes.elmo.load_pretrained_elmo)")
-    return 0
 
+    def summary(model: ElmoLanguageModel, vocab, history: History, device: torch.device, seconds: float):
+        return (
+            f"trained a {args.size} ELMo biLM ({model.num_parameters() / 1e6:.2f}M parameters without the "
+            f"softmax, softmax over {len(vocab)} words) for {len(history.loss)} steps on {device.type} in "
+            f"{seconds:.0f} s; final training loss {history.loss[-1]:.3f}"
+        )
 
-def register(sub) -> None:
-    """Add ``course train-elmo`` to the ``course`` command."""
-    p = sub.add_parser(
+    def perplexity(evals: Mapping[str, float]) -> str:
+        return f" (perplexity {math.exp((evals['forward_loss'] + evals['backward_loss']) / 2):.1f})"
+
+    return run_recipe(
+        args,
         "train-elmo",
-        help="pretrain an ELMo biLM on your text or the generated corpus",
-        description="Pretrain an ELMo biLM (char CNN + forward and backward LSTMs) from scratch "
-        "with the course's "
-        "recipe (course_lib.recipes.elmo) and save model.safetensors, config.json and vocab.json in --out. "
-        "The defaults regenerate chapter 1's model.",
+        read_text=lambda: load_sentences(args.text, n_sentences=args.n_sentences, seed=args.seed),
+        train=train,
+        save=save_pretrained_elmo,
+        summary=summary,
+        held_back="sentences",
+        loader="course_lib.recipes.elmo.load_pretrained_elmo",
+        heldout_note=perplexity,
     )
-    add_text_and_out(p, out_help="folder for the model, its config and vocabulary")
+
+
+def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--steps",
         type=positive(int),
@@ -700,8 +664,23 @@ def register(sub) -> None:
         default=CHAPTER["n_sentences"],
         help=f"generated sentences when no --text is given (default {CHAPTER['n_sentences']})",
     )
-    add_run_options(p, seed=CHAPTER["seed"])
-    p.set_defaults(func=_cmd)
+
+
+def register(sub) -> None:
+    """Add ``course train-elmo`` to the ``course`` command."""
+    add_recipe_command(
+        sub,
+        "train-elmo",
+        help="pretrain an ELMo biLM on your text or the generated corpus",
+        description="Pretrain an ELMo biLM (char CNN + forward and backward LSTMs) from scratch "
+        "with the course's "
+        "recipe (course_lib.recipes.elmo) and save model.safetensors, config.json and vocab.json in --out. "
+        "The defaults regenerate chapter 1's model.",
+        out_help="folder for the model, its config and vocabulary",
+        options=_options,
+        run=_cmd,
+        seed=CHAPTER["seed"],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
