@@ -47,6 +47,7 @@ Paper vs ours: the paper's BERT-base 108M counts 30,000 tokens and no pooler; wi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -176,7 +177,8 @@ def check_inputs(
         if t is not None and t.shape != input_ids.shape:
             extra = " (1 = real token, 0 = padding)" if name == "attention_mask" else ""
             raise ValueError(
-                f"{name} must have the shape of input_ids {tuple(input_ids.shape)}{extra}, got {tuple(t.shape)}"
+                f"{name} must have the shape of input_ids {tuple(input_ids.shape)}{extra}, "
+                f"got {tuple(t.shape)}"
             )
     limits = [("input_ids", input_ids, "vocab_size", c.vocab_size)]
     if token_type_ids is not None:
@@ -225,13 +227,11 @@ class BertEmbeddings(nn.Module):
             position_ids = self.default_position_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        # fmt: off  (chapter 3 prints this line: it stays one line)
         x = (
             self.word_embeddings(input_ids)
             + self.token_type_embeddings(token_type_ids)
             + self.position_embeddings(position_ids)
         )
-        # fmt: on
         return self.dropout(self.norm(x))
 
 
@@ -374,7 +374,8 @@ class BertModel(HFBody, nn.Module):
         return self.embeddings.word_embeddings.weight.device
 
     def attention_mask_to_mask(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor | None:
-        """HF's ``[batch, seq]`` 1/0 mask -> the course's boolean ``[batch, 1, 1, seq]`` (None when all ones)."""
+        """HF's ``[batch, seq]`` 1/0 mask -> the course's boolean ``[batch, 1, 1, seq]``
+        (None when all ones)."""
         if attention_mask is None or bool(attention_mask.all()):
             return None  # nothing to hide: let SDPA run unmasked
         return padding_mask(attention_mask)
@@ -425,7 +426,9 @@ class _BertWithHeads(HFWithHeads, nn.Module):
     A subclass names its body attribute (``base_attr``: ``bert`` / ``roberta``, also the
     Hugging Face prefix), the body's class and configuration class, whether the body keeps
     its pooler, and its heads (:meth:`build_heads`, initialised here in the order given) with
-    their Hugging Face names (``hf_heads``, tables in :mod:`course_lib.models.hf`).
+    their Hugging Face names (``hf_heads``, tables in :mod:`course_lib.models.hf`). ``forward``
+    is shared: the body runs on Hugging Face's arguments, then the subclass's
+    :meth:`forward_heads` turns its output into the task's record and loss.
     """
 
     config: BertConfig
@@ -472,10 +475,22 @@ class _BertWithHeads(HFWithHeads, nn.Module):
         """Number of distinct parameters (tied ones counted once)."""
         return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
-    def _body(
-        self, input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
-    ) -> BertModelOutput:
-        return self.base(
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **head_options: Any,
+    ) -> ModelOutput:
+        """Run the body (:class:`BertModel`'s arguments), then the heads (:meth:`forward_heads`),
+        which receive ``labels`` and the model's own options (``next_sentence_label``,
+        ``masked_only``)."""
+        out = self.base(
             input_ids,
             attention_mask,
             token_type_ids,
@@ -483,6 +498,16 @@ class _BertWithHeads(HFWithHeads, nn.Module):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
+        return self.forward_heads(out, labels, **head_options)
+
+    def forward_heads(self, out: BertModelOutput, labels: Tensor | None) -> ModelOutput:
+        """The task's output record (with its loss when ``labels`` are given) from the body's output."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _output(record: type, out: BertModelOutput, **fields: Any) -> ModelOutput:
+        """``record(**fields)`` carrying the body's ``hidden_states`` and ``attentions``."""
+        return record(**fields, hidden_states=out.hidden_states, attentions=out.attentions)
 
 
 class _WithMLMHead(_BertWithHeads):
@@ -500,31 +525,17 @@ class _WithMLMHead(_BertWithHeads):
         if self.config.tie_word_embeddings:
             self.mlm_head.decoder.weight = self.base.embeddings.word_embeddings.weight
 
-    def _encode(
-        self,
-        input_ids,
-        attention_mask,
-        token_type_ids,
-        position_ids,
-        labels,
-        output_attentions,
-        output_hidden_states,
-        masked_only,
-    ):
-        """Run the body and the MLM head: ``(body output, MLM logits, MLM loss or None)``.
+    def _mlm(self, hidden: Tensor, labels: Tensor | None, masked_only: bool) -> tuple[Tensor, Tensor | None]:
+        """The MLM head on the last hidden states: ``(logits, loss or None)``.
 
         ``masked_only=True`` (needs ``labels``) runs the head only where a label is set: the
         logits are then ``[n_masked, vocab_size]`` in row-major order of the masked positions,
         and the vocabulary projection, the biggest matrix product of a small BERT, shrinks
         about 1 / 0.15 times. The loss is the same either way.
         """
-        out = self._body(
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
-        )
-        hidden = out.last_hidden_state
         if not masked_only:
             logits = self.mlm_head(hidden)
-            return out, logits, (masked_lm_loss(logits, labels) if labels is not None else None)
+            return logits, (masked_lm_loss(logits, labels) if labels is not None else None)
         if labels is None:
             raise ValueError("masked_only=True needs labels (it keeps the positions whose label is not -100)")
         if labels.shape != hidden.shape[:-1]:
@@ -533,7 +544,7 @@ class _WithMLMHead(_BertWithHeads):
             )
         chosen = labels != IGNORE_INDEX
         logits = self.mlm_head(hidden[chosen])
-        return out, logits, masked_lm_loss(logits, labels[chosen])
+        return logits, masked_lm_loss(logits, labels[chosen])
 
 
 class BertForPreTraining(_WithMLMHead):
@@ -552,30 +563,16 @@ class BertForPreTraining(_WithMLMHead):
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
         return {**super().build_heads(config), "nsp_head": nn.Linear(config.hidden_size, 2)}
 
-    def forward(
+    def forward_heads(
         self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
+        out: BertModelOutput,
+        labels: Tensor | None,
         *,
-        labels: Tensor | None = None,
         next_sentence_label: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
         masked_only: bool = False,
     ) -> BertForPreTrainingOutput:
-        """``masked_only=True``: MLM logits only at labelled positions (see :meth:`_WithMLMHead._encode`)."""
-        out, logits, mlm = self._encode(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            position_ids,
-            labels,
-            output_attentions,
-            output_hidden_states,
-            masked_only,
-        )
+        """``masked_only=True``: MLM logits only at labelled positions (see :meth:`_WithMLMHead._mlm`)."""
+        logits, mlm = self._mlm(out.last_hidden_state, labels, masked_only)
         nsp_logits = self.nsp_head(out.pooler_output)
         nsp = (
             F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
@@ -583,12 +580,12 @@ class BertForPreTraining(_WithMLMHead):
             else None
         )
         parts = [x for x in (mlm, nsp) if x is not None]
-        return BertForPreTrainingOutput(
+        return self._output(
+            BertForPreTrainingOutput,
+            out,
             loss=sum(parts) if parts else None,
             prediction_logits=logits,
             seq_relationship_logits=nsp_logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
             mlm_loss=mlm,
             nsp_loss=nsp,
         )
@@ -597,32 +594,12 @@ class BertForPreTraining(_WithMLMHead):
 class BertForMaskedLM(_WithMLMHead):
     """BERT (no pooler) with the masked-LM head; ``logits`` are ``[batch, seq_len, vocab_size]``."""
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        masked_only: bool = False,
+    def forward_heads(
+        self, out: BertModelOutput, labels: Tensor | None, *, masked_only: bool = False
     ) -> MaskedLMOutput:
-        """``masked_only=True``: logits only at labelled positions (see :meth:`_WithMLMHead._encode`)."""
-        out, logits, loss = self._encode(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            position_ids,
-            labels,
-            output_attentions,
-            output_hidden_states,
-            masked_only,
-        )
-        return MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
-        )
+        """``masked_only=True``: logits only at labelled positions (see :meth:`_WithMLMHead._mlm`)."""
+        logits, loss = self._mlm(out.last_hidden_state, labels, masked_only)
+        return self._output(MaskedLMOutput, out, loss=loss, logits=logits)
 
 
 class _BertClassifier(_BertWithHeads):
@@ -654,27 +631,14 @@ class BertForSequenceClassification(_BertClassifier):
 
     add_pooling_layer = True
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> SequenceClassifierOutput:
-        out = self._body(
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
-        )
-        logits = self.classifier(self.dropout(out.pooler_output))
-        return SequenceClassifierOutput(
-            loss=_classification_loss(logits, labels, self.config.num_labels) if labels is not None else None,
-            logits=logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+    def sequence_logits(self, out: BertModelOutput) -> Tensor:
+        """``[batch, num_labels]``: the classifier on the pooled [CLS] vector."""
+        return self.classifier(self.dropout(out.pooler_output))
+
+    def forward_heads(self, out: BertModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:
+        logits = self.sequence_logits(out)
+        loss = _classification_loss(logits, labels, self.config.num_labels) if labels is not None else None
+        return self._output(SequenceClassifierOutput, out, loss=loss, logits=logits)
 
 
 class BertForTokenClassification(_BertClassifier):
@@ -685,20 +649,7 @@ class BertForTokenClassification(_BertClassifier):
     special tokens, and, in the paper's recipe, every word piece but a word's first).
     """
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> TokenClassifierOutput:
-        out = self._body(
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
-        )
+    def forward_heads(self, out: BertModelOutput, labels: Tensor | None) -> TokenClassifierOutput:
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
@@ -711,9 +662,7 @@ class BertForTokenClassification(_BertClassifier):
                 labels.reshape(-1),
                 ignore_index=IGNORE_INDEX,
             )
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
-        )
+        return self._output(TokenClassifierOutput, out, loss=loss, logits=logits)
 
 
 # ---------------------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .bert import BertConfig, BertEmbeddings, BertForMaskedLM, BertModel, _BertWithHeads, _classification_loss
-from .hf import HEADS_ROBERTA_CLASSIFIER, HEADS_ROBERTA_MLM, SequenceClassifierOutput
+from .bert import BertConfig, BertEmbeddings, BertForMaskedLM, BertForSequenceClassification, BertModel
+from .hf import HEADS_ROBERTA_CLASSIFIER, HEADS_ROBERTA_MLM, BertModelOutput
 
 __all__ = [
     "RobertaConfig",
@@ -138,12 +138,17 @@ class RobertaForMaskedLM(BertForMaskedLM):
     hf_heads = HEADS_ROBERTA_MLM
 
 
-class RobertaForSequenceClassification(_BertWithHeads):
-    """RoBERTa + a two-layer head on the ``<s>`` vector: dropout, dense, tanh, dropout, linear."""
+class RobertaForSequenceClassification(BertForSequenceClassification):
+    """RoBERTa + a two-layer head on the ``<s>`` vector: dropout, dense, tanh, dropout, linear.
+
+    BERT's classifier (same ``forward``, loss and output) with RoBERTa's body, no pooler,
+    and the pooling done inside the head (:meth:`sequence_logits`).
+    """
 
     config_class = RobertaConfig
     model_class = RobertaModel
     base_attr = "roberta"
+    add_pooling_layer = False
     hf_heads = HEADS_ROBERTA_CLASSIFIER
 
     def build_heads(self, config: RobertaConfig) -> dict[str, nn.Module]:
@@ -154,26 +159,7 @@ class RobertaForSequenceClassification(_BertWithHeads):
             "out_proj": nn.Linear(config.hidden_size, config.num_labels),
         }
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> SequenceClassifierOutput:
-        out = self._body(
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states
-        )
+    def sequence_logits(self, out: BertModelOutput) -> Tensor:
         x = self.dropout(out.last_hidden_state[:, 0])
         x = self.dropout(torch.tanh(self.dense(x)))
-        logits = self.out_proj(x)
-        return SequenceClassifierOutput(
-            loss=_classification_loss(logits, labels, self.config.num_labels) if labels is not None else None,
-            logits=logits,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return self.out_proj(x)
