@@ -16,20 +16,24 @@ last hidden states over real tokens, scaled to unit length,
 
 so the cosine similarity of two sentences is the dot product of their embeddings.
 
-The helpers below serve the BERT chapter: the attention one word pays to another in every
-layer and head, and how similar one word's contextual vectors are in two sentences.
+The helpers below serve the BERT chapter: how similar one word's contextual vectors are in
+two sentences. The attention one word pays to another in every layer and head
+(:func:`~course_lib.analysis.attention.word_attention`,
+:func:`~course_lib.analysis.attention.head_scores`) lives in :mod:`course_lib.analysis`;
+it and :func:`~course_lib.data.tokenizers.find_word` are re-exported here for older code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .analysis.attention import WordAttention, head_scores, word_attention
 from .data.minilm import minilm_config, minilm_dir, minilm_tokenizer
+from .data.tokenizers import find_word
 from .models.bert import BertConfig, BertModel
 from .objectives import collate
 
@@ -120,62 +124,6 @@ def sentence_embeddings(
         e = mean_pool(h, batch["attention_mask"])
         out.append(F.normalize(e, p=2, dim=-1) if normalize else e)
     return torch.cat(out)
-
-
-def find_word(encoding, text: str, word: str, *, occurrence: int = 0) -> list[int]:
-    """Token positions of the ``occurrence``-th time ``word`` (case-insensitive) appears in ``text``.
-
-    ``encoding`` is the ``tokenizers.Encoding`` of ``text``; a word split into several
-    WordPieces gives several positions.
-    """
-    positions: dict[int, list[int]] = {}
-    for pos, w in enumerate(encoding.word_ids):
-        if w is not None and encoding.sequence_ids[pos] == 0:
-            positions.setdefault(w, []).append(pos)
-    matches = []
-    for w, toks in positions.items():
-        start, end = encoding.offsets[toks[0]][0], encoding.offsets[toks[-1]][1]
-        if text[start:end].lower() == word.lower():
-            matches.append(toks)
-    if len(matches) <= occurrence:
-        raise ValueError(
-            f"{word!r} occurs {len(matches)} time(s) in {text!r}; occurrence={occurrence} asked for"
-        )
-    return matches[occurrence]
-
-
-@dataclass
-class WordAttention:
-    """Attention paid by one word to every token, in every layer and head."""
-
-    tokens: list[str]  # the WordPieces, [CLS] and [SEP] included
-    source: list[int]  # positions of the attending word
-    weights: Tensor  # [n_layers, n_heads, seq_len]: mean over the word's pieces
-
-    def to(self, target: Sequence[int]) -> Tensor:
-        """``[n_layers, n_heads]``: total weight on the token positions ``target``."""
-        return self.weights[:, :, list(target)].sum(-1)
-
-
-@torch.no_grad()
-def word_attention(
-    model: BertModel, tokenizer, sentence: str, word: str, *, occurrence: int = 0
-) -> WordAttention:
-    """How much ``word`` attends to each token of ``sentence`` in every layer and head."""
-    enc = tokenizer.encode(sentence)
-    src = find_word(enc, sentence, word, occurrence=occurrence)
-    ids = torch.tensor([enc.ids], device=model.device)
-    out = model(input_ids=ids, token_type_ids=torch.zeros_like(ids), output_attentions=True)
-    att = torch.stack([a[0] for a in out.attentions])  # [layers, heads, seq, seq]
-    return WordAttention(tokens=list(enc.tokens), source=src, weights=att[:, :, src, :].mean(2).cpu())
-
-
-def head_scores(model: BertModel, tokenizer, sentence: str, source: str, target: str) -> Tensor:
-    """``[n_layers, n_heads]``: attention from the word ``source`` to the word ``target``
-    (first occurrences), e.g. "it" -> "animal"."""
-    enc = tokenizer.encode(sentence)
-    tgt = find_word(enc, sentence, target)
-    return word_attention(model, tokenizer, sentence, source).to(tgt)
 
 
 @torch.no_grad()

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from course_lib.analysis import minimal_pair_preference
 from course_lib.cli import main as course_main
 from course_lib.data import generate_documents
 from course_lib.models.bert import (
@@ -29,7 +30,6 @@ from course_lib.recipes.bert import (
     labelled_pairs,
     load_pretrained_bert,
     make_masker,
-    minimal_pair_preference,
     pretrain_bert,
     pretraining_data,
     pretraining_examples,
@@ -291,6 +291,10 @@ def test_minimal_pair_preference_scores_only_the_differing_tokens(tok):
     assert (share, n) == (1.0, 2)
     with pytest.raises(ValueError, match="nothing to score"):
         minimal_pair_preference(model, tok, [("A cat.", "A cat.")])
+    # chapter 3 still imports it from the recipe module: the same function, re-exported
+    import course_lib.recipes.bert
+
+    assert course_lib.recipes.bert.minimal_pair_preference is minimal_pair_preference
 
 
 # --- fine-tuning -----------------------------------------------------------------------------

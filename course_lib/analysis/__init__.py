@@ -1,11 +1,20 @@
-"""Analysis of trained models: probes, layer vectors (and, as the probing chapters arrive,
-minimal pairs and attention-head scores).
+"""Analysis of trained models: probes, layer vectors, minimal pairs and attention-head scores.
 
-This layer sits above the models and the data (it runs models on data); the recipes and the
-chapters import it.
+This layer sits above the models and the data (it runs models on data); the chapters import it.
 """
 
+from .attention import WordAttention, head_scores, word_attention
 from .layers import layer_vectors
+from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
 
-__all__ = ["layer_vectors", "linear_probe", "normalise_layers", "train_probe"]
+__all__ = [
+    "WordAttention",
+    "head_scores",
+    "layer_vectors",
+    "linear_probe",
+    "minimal_pair_preference",
+    "normalise_layers",
+    "train_probe",
+    "word_attention",
+]

@@ -43,6 +43,7 @@ __all__ = [
     "special_ids",
     "pad_batch",
     "encode_texts",
+    "find_word",
     "learn_bpe",
     "bpe_segment",
     "as_texts",
@@ -383,6 +384,28 @@ def encode_texts(
 
 
 # --------------------------------------------------------------------------- teaching BPE
+
+
+def find_word(encoding, text: str, word: str, *, occurrence: int = 0) -> list[int]:
+    """Token positions of the ``occurrence``-th time ``word`` (case-insensitive) appears in ``text``.
+
+    ``encoding`` is the ``tokenizers.Encoding`` of ``text``; a word split into several
+    WordPieces gives several positions.
+    """
+    positions: dict[int, list[int]] = {}
+    for pos, w in enumerate(encoding.word_ids):
+        if w is not None and encoding.sequence_ids[pos] == 0:
+            positions.setdefault(w, []).append(pos)
+    matches = []
+    for w, toks in positions.items():
+        start, end = encoding.offsets[toks[0]][0], encoding.offsets[toks[-1]][1]
+        if text[start:end].lower() == word.lower():
+            matches.append(toks)
+    if len(matches) <= occurrence:
+        raise ValueError(
+            f"{word!r} occurs {len(matches)} time(s) in {text!r}; occurrence={occurrence} asked for"
+        )
+    return matches[occurrence]
 
 
 def learn_bpe(
