@@ -10,7 +10,7 @@ r"""Probes: how much of a property a frozen representation makes linearly readab
   read back from BERT's input embeddings);
 * :func:`normalise_layers`: each layer of a ``[layers, n, dim]`` stack scaled to mean 0 and
   variance 1 over all its elements, the normalisation of ELMo's ``ScalarMix(do_layer_norm=True)``
-  for unmasked inputs.
+  (defined with it, in :mod:`course_lib.models.elmo`; re-exported here for the probes).
 
 Later probes (structural probes of distances and depths) join this module.
 """
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..device import seed_everything
+from ..models.elmo import normalise_layers
 
 __all__ = ["train_probe", "linear_probe", "normalise_layers"]
 
@@ -60,12 +61,3 @@ def linear_probe(X: Tensor, y: Tensor, n_classes: int, lam: float = 1e-2) -> flo
     A = Xb[fit_idx].T @ Xb[fit_idx] + lam * torch.eye(Xb.size(1), dtype=torch.double)
     W = torch.linalg.solve(A, Xb[fit_idx].T @ Y[fit_idx])
     return ((Xb[test_idx] @ W).argmax(1) == y[test_idx]).float().mean().item()
-
-
-def normalise_layers(X: Tensor) -> Tensor:
-    """Each layer scaled to mean 0, variance 1 over all its elements (ScalarMix's do_layer_norm).
-
-    ``X``: ``[layers, n, dim]``; the statistics of layer ``j`` run over ``X[j]`` as a whole.
-    """
-    mean = X.mean(dim=(1, 2), keepdim=True)
-    return (X - mean) / X.var(dim=(1, 2), keepdim=True, unbiased=False).add(1e-12).sqrt()

@@ -126,6 +126,7 @@ __all__ = [
     "CharCNN",
     "BiLM",
     "BiLMStates",
+    "normalise_layers",
     "ScalarMix",
     "ElmoLanguageModel",
     "ElmoLMLoss",
@@ -467,14 +468,39 @@ class BiLM(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+def normalise_layers(layers: Tensor, mask: Tensor | None = None, *, eps: float = 1e-12) -> Tensor:
+    r"""Each layer scaled as a whole: :math:`(h_j - \mu_j) / \sqrt{\sigma_j^2 + \epsilon}`.
+
+    ``layers``: ``[n_layers, *positions, dim]`` (e.g. ``[layers, batch, seq, dim]`` or
+    ``[layers, n_words, dim]``); the mean :math:`\mu_j` and population variance
+    :math:`\sigma_j^2` of layer ``j`` run over all its elements (every position and feature
+    together, not per token), or, with a boolean ``mask`` of shape ``positions``, over the
+    elements of the real positions only (padding does not enter the statistics; a mask with no
+    real position gives mean and variance 0). ScalarMix's ``do_layer_norm``; chapter 1
+    normalises frozen layer vectors with it before probing them.
+    """
+    dims = tuple(range(1, layers.dim()))
+    if mask is None:
+        mean = layers.mean(dim=dims, keepdim=True)
+        var = layers.var(dim=dims, keepdim=True, unbiased=False)
+    else:
+        if mask.shape != layers.shape[1:-1]:
+            raise ValueError(f"mask must have shape {tuple(layers.shape[1:-1])}, got {tuple(mask.shape)}")
+        m = mask.to(device=layers.device, dtype=layers.dtype)[None, ..., None]  # [1, *positions, 1]
+        n = (m.sum() * layers.shape[-1]).clamp_min(1.0)
+        mean = (layers * m).sum(dim=dims, keepdim=True) / n
+        var = (((layers - mean) * m) ** 2).sum(dim=dims, keepdim=True) / n
+    return (layers - mean) / torch.sqrt(var + eps)
+
+
 class ScalarMix(nn.Module):
     r""":math:`\gamma \sum_j \mathrm{softmax}(w)_j \, h_j`, with :math:`w` initialised to 0 and
     :math:`\gamma` to 1.
 
-    With ``do_layer_norm`` each layer tensor :math:`h_j` is first normalised as a whole:
-    :math:`(h_j - \mu_j) / \sqrt{\sigma_j^2 + \epsilon}`, where the mean and variance run over
-    all non-masked elements of the layer (every real token and every feature together), not
-    per token. The statistics are computed in float32.
+    With ``do_layer_norm`` each layer tensor :math:`h_j` is first normalised as a whole
+    (:func:`normalise_layers`): :math:`(h_j - \mu_j) / \sqrt{\sigma_j^2 + \epsilon}`, where the
+    mean and variance run over all non-masked elements of the layer (every real token and every
+    feature together), not per token. The statistics are computed in float32.
     """
 
     def __init__(
@@ -518,14 +544,7 @@ class ScalarMix(nn.Module):
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError("do_layer_norm needs the mask: statistics run over non-masked elements only")
-            if mask.shape != layers.shape[1:3]:
-                raise ValueError(f"mask must have shape {tuple(layers.shape[1:3])}, got {tuple(mask.shape)}")
-            h = layers.float()
-            m = mask.to(device=h.device, dtype=h.dtype)[None, :, :, None]  # [1, batch, seq, 1]
-            n = (m.sum() * h.shape[-1]).clamp_min(1.0)
-            mean = (h * m).sum(dim=(1, 2, 3), keepdim=True) / n
-            var = (((h - mean) * m) ** 2).sum(dim=(1, 2, 3), keepdim=True) / n
-            layers = (h - mean) / torch.sqrt(var + self.eps)
+            layers = normalise_layers(layers.float(), mask, eps=self.eps)
         mixed = (s.to(layers.dtype).view(-1, 1, 1, 1) * layers).sum(0)
         return self.gamma.to(mixed.dtype) * mixed
 
