@@ -38,19 +38,27 @@ def model(tok):
 # --- masking widget: the logic ----------------------------------------------------------------
 
 
-def test_rate_zero_and_one(model, tok):
-    w = MaskingWidget(model, tok, text=LONG, rate=0.0)
+def test_mlm_probability_zero_and_one(model, tok):
+    w = MaskingWidget(model, tok, text=LONG, mlm_probability=0.0)
     d = w.draw()
     assert d.n_chosen == 0 and torch.equal(d.masked_ids, d.input_ids) and d.accuracy() is None
     assert all(not r.predictions and r.action == "" for r in d.rows)
-    d = w.set_rate(1.0)
+    d = w.set_mlm_probability(1.0)
     assert d.rows[0].token == "[CLS]" and d.rows[-1].token == "[SEP]"
     assert not d.rows[0].chosen and not d.rows[-1].chosen, "special tokens are never chosen"
     assert d.n_chosen == len(d.rows) - 2
 
 
+def test_rate_is_the_former_name_of_mlm_probability(model, tok):
+    """Chapter 3 still passes rate=: the same widget, the same draws."""
+    old = MaskingWidget(model, tok, text=LONG, rate=0.3, seed=2)
+    new = MaskingWidget(model, tok, text=LONG, mlm_probability=0.3, seed=2)
+    assert old.mlm_probability == new.mlm_probability == 0.3
+    assert old.draw().to_text() == new.draw().to_text()
+
+
 def test_rows_are_consistent_with_the_actions(model, tok):
-    w = MaskingWidget(model, tok, text=LONG, rate=0.6, seed=3, k=4)
+    w = MaskingWidget(model, tok, text=LONG, mlm_probability=0.6, seed=3, k=4)
     d = w.draw()
     specials = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
     for r, orig, shown, act in zip(d.rows, d.input_ids.tolist(), d.masked_ids.tolist(), d.actions.tolist()):
@@ -75,7 +83,7 @@ def test_rows_are_consistent_with_the_actions(model, tok):
 
 
 def test_predictions_are_the_models_top_k(model, tok):
-    w = MaskingWidget(model, tok, text=LONG, rate=0.5, seed=1, k=3)
+    w = MaskingWidget(model, tok, text=LONG, mlm_probability=0.5, seed=1, k=3)
     d = w.draw()
     with torch.no_grad():
         logits = model(d.masked_ids[None]).logits[0]
@@ -88,16 +96,16 @@ def test_predictions_are_the_models_top_k(model, tok):
 
 
 def test_draws_are_reproducible_and_redraw_changes_the_mask(model, tok):
-    a = MaskingWidget(model, tok, text=LONG, rate=0.5, seed=7).draw()
-    b = MaskingWidget(model, tok, text=LONG, rate=0.5, seed=7).draw()
+    a = MaskingWidget(model, tok, text=LONG, mlm_probability=0.5, seed=7).draw()
+    b = MaskingWidget(model, tok, text=LONG, mlm_probability=0.5, seed=7).draw()
     assert torch.equal(a.actions, b.actions) and torch.equal(a.masked_ids, b.masked_ids)
-    w = MaskingWidget(model, tok, text=LONG, rate=0.5, seed=7)
+    w = MaskingWidget(model, tok, text=LONG, mlm_probability=0.5, seed=7)
     masks = {tuple(w.redraw().actions.tolist()) for _ in range(5)}
     assert len(masks) > 1 and w.seed == 12 and w.draws == 5
 
 
 def test_the_80_10_10_split_over_many_draws(model, tok):
-    w = MaskingWidget(model, tok, text=LONG, rate=1.0, k=1)
+    w = MaskingWidget(model, tok, text=LONG, mlm_probability=1.0, k=1)
     totals = {"[MASK]": 0, "random": 0, "kept": 0}
     for _ in range(40):
         for key, v in w.redraw().counts().items():
@@ -120,7 +128,7 @@ def test_masking_widget_works_with_a_pretraining_model_and_byte_bpe():
         intermediate_size=64,
         max_position_embeddings=66,
     )
-    d = MaskingWidget(RobertaForMaskedLM(cfg).eval(), bpe, text="The cat sleeps.", rate=1.0).draw()
+    d = MaskingWidget(RobertaForMaskedLM(cfg).eval(), bpe, text="The cat sleeps.", mlm_probability=1.0).draw()
     assert d.rows[0].token == "<s>" and not d.rows[0].chosen and d.n_chosen == len(d.rows) - 2
     wp = train_wordpiece(docs, vocab_size=300)
     pre = BertForPreTraining(
@@ -128,13 +136,13 @@ def test_masking_widget_works_with_a_pretraining_model_and_byte_bpe():
             vocab_size=wp.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, d_ff=64, max_len=32
         )
     )
-    d = MaskingWidget(pre.eval(), wp, text="The cat sleeps.", rate=1.0, k=2).draw()
+    d = MaskingWidget(pre.eval(), wp, text="The cat sleeps.", mlm_probability=1.0, k=2).draw()
     assert all(len(r.predictions) == 2 for r in d.rows if r.chosen)
 
 
 def test_masking_widget_rejects_bad_input(model, tok):
-    with pytest.raises(ValueError, match="masking rate"):
-        MaskingWidget(model, tok, rate=1.5)
+    with pytest.raises(ValueError, match="mlm_probability must lie in"):
+        MaskingWidget(model, tok, mlm_probability=1.5)
     with pytest.raises(ValueError, match="k must"):
         MaskingWidget(model, tok, k=0)
     w = MaskingWidget(model, tok)
@@ -142,28 +150,28 @@ def test_masking_widget_rejects_bad_input(model, tok):
         w.set_text("   ")
     with pytest.raises(ValueError, match="at most 64"):
         w.set_text(" ".join(["cat"] * 80))
-    with pytest.raises(ValueError, match="masking rate"):
-        w.set_rate(-0.1)
+    with pytest.raises(ValueError, match="mlm_probability must lie in"):
+        w.set_mlm_probability(-0.1)
 
 
 # --- masking widget: the ipywidgets callbacks ---------------------------------------------------
 
 
 def test_masking_widget_callbacks(model, tok):
-    w = MaskingWidget(model, tok, text="The cat sleeps.", rate=0.15)
+    w = MaskingWidget(model, tok, text="The cat sleeps.", mlm_probability=0.15)
     box = w.widget()
     assert w.draws == 1 and all(f"<td>{r.token}</td>" in w.table_w.value for r in w.last.rows[1:-1])
     w.text_w.value = LONG  # typing a sentence redraws
     assert w.last.text == LONG and w.draws == 2
     assert all(f"<td>{r.token}</td>" in w.table_w.value for r in w.last.rows[1:-1])
-    w.rate_w.value = 1.0  # moving the slider redraws at the new rate
-    assert w.last.rate == 1.0 and w.last.n_chosen == len(w.last.rows) - 2
+    w.mlm_probability_w.value = 1.0  # moving the slider redraws at the new probability
+    assert w.last.mlm_probability == 1.0 and w.last.n_chosen == len(w.last.rows) - 2
     assert w.table_w.value.count("<tr") == len(w.last.rows) + 1
     before = w.last.actions.clone()
     seed = w.seed
     w.button_w.click()  # the redraw button draws a new mask
     assert w.seed == seed + 1 and w.draws == 4
-    w.rate_w.value = 0.5
+    w.mlm_probability_w.value = 0.5
     w.button_w.click()
     w.button_w.click()
     assert w.draws == 7 and not torch.equal(before, w.last.actions)

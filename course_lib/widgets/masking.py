@@ -1,7 +1,7 @@
 r"""BERT widgets: watch the masking recipe at work, and browse a BERT's attention.
 
-**Masking widget.** Type a sentence, set the masking rate, redraw. Each token (besides
-``[CLS]`` and ``[SEP]``) is chosen with probability :math:`p`; a chosen token then becomes
+**Masking widget.** Type a sentence, set ``mlm_probability`` (the masking rate), redraw. Each
+token (besides ``[CLS]`` and ``[SEP]``) is chosen with probability :math:`p`; a chosen token then becomes
 ``[MASK]`` (80%), a random token (10%) or stays itself (10%), exactly as in pretraining
 (:func:`course_lib.objectives.masking.mask_tokens`). The table shows what the model reads and, at every
 chosen position, its top-:math:`k` predictions
@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-from ..data import special_ids
 from ..models.bert import body_of
-from ..objectives import KEPT, MASKED, RANDOM, mask_tokens
+from ..objectives import KEPT, MASKED, RANDOM
+from ..recipes.bert import make_masker
 from .attention import AttentionExplorer
 
 __all__ = ["TokenRow", "MaskingDraw", "MaskingWidget", "bert_attention", "bert_attention_explorer"]
@@ -59,7 +59,7 @@ class MaskingDraw:
     """The outcome of one draw: a row per token plus the tensors behind it."""
 
     text: str
-    rate: float
+    mlm_probability: float
     seed: int
     rows: list[TokenRow]
     input_ids: Tensor  # [seq] the original ids, [CLS] ... [SEP]
@@ -122,10 +122,6 @@ class MaskingDraw:
         return f"<table style='font-family:monospace;font-size:12px'>{head}{''.join(body)}</table>{summary}"
 
 
-def _special_ids(tokenizer) -> dict[str, int]:
-    return special_ids(tokenizer)
-
-
 class MaskingWidget:
     """Mask a sentence as BERT's pretraining does and show the model's guesses.
 
@@ -133,13 +129,17 @@ class MaskingWidget:
         model: a masked-LM model (``BertForPreTraining``, ``BertForMaskedLM``,
             ``RobertaForMaskedLM``) whose vocabulary is ``tokenizer``'s.
         tokenizer: a ``tokenizers.Tokenizer`` with BERT or RoBERTa special tokens.
-        text, rate, seed: the starting sentence, masking rate and random seed.
+        text, mlm_probability, seed: the starting sentence, the chance that a token is chosen
+            (the masking rate) and the random seed.
         k: predictions shown per chosen token.
         mask_replace_prob, random_replace_prob: the 80/10/10 split.
+        rate: the former name of ``mlm_probability`` (chapter 3 still passes it); it wins
+            when given.
 
-    ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also kept in
-    ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a text box, a
-    rate slider and a "redraw" button whose callbacks call these methods.
+    The masking is the recipe's (:func:`~course_lib.recipes.bert.make_masker`, kept in
+    ``.masker``). ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also
+    kept in ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a text
+    box, an ``mlm_probability`` slider and a "redraw" button whose callbacks call these methods.
     """
 
     def __init__(
@@ -148,51 +148,52 @@ class MaskingWidget:
         tokenizer,
         *,
         text: str = "The keys to the cabinet are on the table.",
-        rate: float = 0.15,
+        mlm_probability: float = 0.15,
         seed: int = 0,
         k: int = 5,
         mask_replace_prob: float = 0.8,
         random_replace_prob: float = 0.1,
         max_len: int | None = None,
+        rate: float | None = None,
     ):
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
         self.model = model
         self.tokenizer = tokenizer
-        self.ids = _special_ids(tokenizer)
+        self.masker = make_masker(
+            tokenizer,
+            mlm_probability=float(mlm_probability if rate is None else rate),
+            mask_replace_prob=mask_replace_prob,
+            random_replace_prob=random_replace_prob,
+        )
         self.text = text
-        self.rate = self._check_rate(rate)
         self.seed = int(seed)
         self.k = k
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
         self.max_len = max_len or getattr(getattr(model, "config", None), "max_len", 512)
         self.last: MaskingDraw | None = None
         self.draws = 0
 
-    @staticmethod
-    def _check_rate(rate: float) -> float:
-        rate = float(rate)
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"masking rate must lie in [0, 1], got {rate}")
-        return rate
+    @property
+    def mlm_probability(self) -> float:
+        return self.masker.mlm_probability
 
     def set_text(self, text: str) -> MaskingDraw:
         self.text = text
         return self.draw()
 
-    def set_rate(self, rate: float) -> MaskingDraw:
-        self.rate = self._check_rate(rate)
+    def set_mlm_probability(self, mlm_probability: float) -> MaskingDraw:
+        self.masker = replace(self.masker, mlm_probability=float(mlm_probability))  # checks it
         return self.draw()
 
     def redraw(self) -> MaskingDraw:
-        """A new random draw for the same sentence and rate."""
+        """A new random draw for the same sentence and ``mlm_probability``."""
         self.seed += 1
         return self.draw()
 
     @torch.no_grad()
     def draw(self) -> MaskingDraw:
-        """Mask the current text with the current rate and seed; predict at the chosen positions."""
+        """Mask the current text with the current ``mlm_probability`` and seed; predict at the
+        chosen positions."""
         if not self.text.strip():
             raise ValueError("type a sentence first: the text is empty")
         enc = self.tokenizer.encode(self.text)
@@ -202,18 +203,7 @@ class MaskingWidget:
             )
         ids = torch.tensor(enc.ids)
         g = torch.Generator().manual_seed(self.seed)
-        specials = sorted(set(self.ids.values()))
-        masked, labels, actions = mask_tokens(
-            ids[None],
-            vocab_size=self.tokenizer.get_vocab_size(),
-            mask_token_id=self.ids["mask"],
-            special_ids=specials,
-            mlm_probability=self.rate,
-            mask_replace_prob=self.mask_replace_prob,
-            random_replace_prob=self.random_replace_prob,
-            generator=g,
-            return_actions=True,
-        )
+        masked, _, actions = self.masker(ids[None], generator=g, return_actions=True)
         masked, actions = masked[0], actions[0]
         chosen = actions.nonzero().flatten().tolist()
         predictions: dict[int, list[tuple[str, float]]] = {}
@@ -239,12 +229,12 @@ class MaskingWidget:
                     predictions=predictions.get(pos, []),
                 )
             )
-        self.last = MaskingDraw(self.text, self.rate, self.seed, rows, ids, masked, actions)
+        self.last = MaskingDraw(self.text, self.mlm_probability, self.seed, rows, ids, masked, actions)
         self.draws += 1
         return self.last
 
     def widget(self):
-        """Text box, masking-rate slider and redraw button over the table of the last draw."""
+        """Text box, ``mlm_probability`` slider and redraw button over the table of the last draw."""
         import ipywidgets as widgets
 
         self.text_w = widgets.Text(
@@ -253,8 +243,13 @@ class MaskingWidget:
             continuous_update=False,
             layout=widgets.Layout(width="95%"),
         )
-        self.rate_w = widgets.FloatSlider(
-            value=self.rate, min=0.0, max=1.0, step=0.05, description="masking rate", continuous_update=False
+        self.mlm_probability_w = widgets.FloatSlider(
+            value=self.mlm_probability,
+            min=0.0,
+            max=1.0,
+            step=0.05,
+            description="mlm_probability",
+            continuous_update=False,
         )
         self.button_w = widgets.Button(description="redraw", tooltip="a new random draw")
         self.table_w = widgets.HTML()
@@ -272,10 +267,13 @@ class MaskingWidget:
                 show(exc)
 
         self.text_w.observe(lambda change: safely(self.set_text, change["new"]), names="value")
-        self.rate_w.observe(lambda change: safely(self.set_rate, change["new"]), names="value")
+        self.mlm_probability_w.observe(
+            lambda change: safely(self.set_mlm_probability, change["new"]), names="value"
+        )
         self.button_w.on_click(lambda _: safely(self.redraw))
         safely(self.draw)
-        return widgets.VBox([self.text_w, widgets.HBox([self.rate_w, self.button_w]), self.table_w])
+        controls = widgets.HBox([self.mlm_probability_w, self.button_w])
+        return widgets.VBox([self.text_w, controls, self.table_w])
 
 
 # ---------------------------------------------------------------------------------------
