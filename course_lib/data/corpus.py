@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .lexicon import TOPICS, Frame, Lexicon, Noun, Verb, load_lexicon
+from .lexicon import CLASS_TAGS, TOPICS, Frame, Lexicon, Noun, Verb, load_lexicon
 from .words import detokenize
 
 __all__ = [
@@ -1717,8 +1717,6 @@ class _Grammar:
 
 
 def _class_tags() -> dict[str, tuple[str, ...]]:
-    from .lexicon import CLASS_TAGS
-
     return {cls: tuple(t for t in tags if t != "any") for cls, tags in CLASS_TAGS.items()}
 
 

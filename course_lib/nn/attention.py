@@ -85,6 +85,16 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     return out
 
 
+def _check_broadcast(t: Tensor, what: str, target: tuple[int, int, int, int]) -> None:
+    """``ValueError`` unless ``t`` broadcasts to ``target`` = ``[batch, heads, q_len, k_len]``."""
+    shape = (1,) * (4 - t.dim()) + tuple(t.shape)
+    if t.dim() > 4 or not all(s == 1 or s == n for s, n in zip(shape, target)):
+        raise ValueError(
+            f"attention {what} of shape {tuple(t.shape)} does not broadcast to "
+            f"[batch, heads, query_len, key_len] = {list(target)}"
+        )
+
+
 def check_mask(mask: Tensor | None, batch: int, heads: int, q_len: int, k_len: int) -> Tensor | None:
     """Validate a mask against the attention shape; return it as bool.
 
@@ -100,16 +110,7 @@ def check_mask(mask: Tensor | None, batch: int, heads: int, q_len: int, k_len: i
                 "Convert an additive mask with `mask == 0` or a 1/0 mask with `mask.bool()`."
             )
         mask = mask.to(torch.bool)
-    target = (batch, heads, q_len, k_len)
-    ok = mask.dim() <= 4
-    if ok:
-        shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
-        ok = all(s == 1 or s == t for s, t in zip(shape, target))
-    if not ok:
-        raise ValueError(
-            f"attention mask of shape {tuple(mask.shape)} does not broadcast to "
-            f"[batch, heads, query_len, key_len] = {list(target)}"
-        )
+    _check_broadcast(mask, "mask", (batch, heads, q_len, k_len))
     return mask
 
 
@@ -126,16 +127,7 @@ def check_bias(bias: Tensor | None, batch: int, heads: int, q_len: int, k_len: i
             f"an attention bias is a float tensor added to the scores; got dtype {bias.dtype}. "
             "Pass boolean masks as `mask`."
         )
-    target = (batch, heads, q_len, k_len)
-    ok = bias.dim() <= 4
-    if ok:
-        shape = (1,) * (4 - bias.dim()) + tuple(bias.shape)
-        ok = all(s == 1 or s == t for s, t in zip(shape, target))
-    if not ok:
-        raise ValueError(
-            f"attention bias of shape {tuple(bias.shape)} does not broadcast to "
-            f"[batch, heads, query_len, key_len] = {list(target)}"
-        )
+    _check_broadcast(bias, "bias", (batch, heads, q_len, k_len))
     return bias
 
 
