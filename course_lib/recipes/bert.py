@@ -85,6 +85,7 @@ from ..objectives import (
 )
 from ..train import History, fit, model_device
 from .common import (
+    TrainingOptions,
     add_recipe_command,
     fingerprint,
     load_model,
@@ -96,6 +97,7 @@ from .common import (
     run_recipe,
     save_model,
     train_cached,
+    training_arguments,
 )
 
 # the BERT-family classes the recipes build, save and load (a new family registers its own)
@@ -1169,19 +1171,13 @@ def _cmd(args: argparse.Namespace) -> int:
         return pretrain_bert(
             args.size,
             documents,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
             masking=args.masking,
             static_copies=args.static_copies,
             nsp=not args.no_nsp,
-            max_len=args.max_len,
             tokenizer_kind=args.tokenizer,
-            vocab_size=args.vocab_size,
             heldout=0.05,
-            eval_every=args.eval_every,
-            seed=args.seed,
             device=device,
+            **training_arguments(args),
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
@@ -1205,21 +1201,6 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def _options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--steps", type=positive(int), default=2000, help="optimiser steps (default 2000)")
-    p.add_argument(
-        "--size",
-        choices=sorted(SIZES),
-        default="small",
-        help="model shape (default small; base-like = BERT-base)",
-    )
-    p.add_argument("--batch-size", type=positive(int), default=64, help="sequences per step (default 64)")
-    p.add_argument(
-        "--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)"
-    )
-    p.add_argument("--max-len", type=positive(int), default=128, help="tokens per sequence (default 128)")
-    p.add_argument(
-        "--vocab-size", type=positive(int), default=8000, help="tokenizer vocabulary (default 8000)"
-    )
     p.add_argument(
         "--tokenizer", choices=["wordpiece", "byte-bpe"], default="wordpiece", help="default wordpiece (BERT)"
     )
@@ -1248,6 +1229,17 @@ def register(sub) -> None:
         "and save "
         "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
         out_help="folder for the model, its config and tokenizer",
+        training=TrainingOptions(
+            sizes=sorted(SIZES),
+            size_help="model shape (default small; base-like = BERT-base)",
+            steps=2000,
+            batch_size=64,
+            batch_unit="sequences",
+            max_len=128,
+            max_len_help="tokens per sequence",
+            vocab_size=8000,
+            vocab_help="tokenizer vocabulary",
+        ),
         options=_options,
         run=_cmd,
     )

@@ -19,8 +19,8 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import fields
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ __all__ = [
     "positive",
     "add_text_and_out",
     "add_run_options",
+    "TrainingOptions",
+    "training_arguments",
     "add_recipe_command",
     "run_recipe",
     "run_metadata",
@@ -159,6 +161,60 @@ def add_run_options(p: argparse.ArgumentParser, *, seed: int = 0) -> None:
     p.add_argument("--seed", type=int, default=seed)
 
 
+@dataclass(frozen=True)
+class TrainingOptions:
+    """The defaults and wording of the options every recipe command has: ``--steps``,
+    ``--size``, ``--batch-size``, ``--lr``, ``--max-len`` and ``--vocab-size`` (and the
+    default ``--seed``); :func:`training_arguments` hands them to the recipe."""
+
+    sizes: Sequence[str]  # the names of --size
+    size_help: str
+    steps: int
+    batch_size: int
+    batch_unit: str  # what a step's batch counts: "sequences", "sentences"
+    max_len: int
+    max_len_help: str  # "tokens per sequence", ...
+    vocab_size: int
+    vocab_help: str  # "tokenizer vocabulary", ...
+    size: str = "small"
+    seed: int = 0
+
+    def add_to(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--steps", type=positive(int), default=self.steps, help=f"optimiser steps (default {self.steps})"
+        )
+        p.add_argument("--size", choices=list(self.sizes), default=self.size, help=self.size_help)
+        p.add_argument(
+            "--batch-size",
+            type=positive(int),
+            default=self.batch_size,
+            help=f"{self.batch_unit} per step (default {self.batch_size})",
+        )
+        p.add_argument(
+            "--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)"
+        )
+        p.add_argument(
+            "--max-len",
+            type=positive(int),
+            default=self.max_len,
+            help=f"{self.max_len_help} (default {self.max_len})",
+        )
+        p.add_argument(
+            "--vocab-size",
+            type=positive(int),
+            default=self.vocab_size,
+            help=f"{self.vocab_help} (default {self.vocab_size})",
+        )
+
+
+def training_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe's keyword arguments from the options every recipe command has
+    (:class:`TrainingOptions` and :func:`add_run_options`): ``steps``, ``batch_size``, ``lr``,
+    ``max_len``, ``vocab_size``, ``eval_every`` and ``seed``."""
+    names = ("steps", "batch_size", "lr", "max_len", "vocab_size", "eval_every", "seed")
+    return {name: getattr(args, name) for name in names}
+
+
 def add_recipe_command(
     sub: Any,
     command: str,
@@ -166,17 +222,18 @@ def add_recipe_command(
     help: str,
     description: str,
     out_help: str,
+    training: TrainingOptions,
     options: Callable[[argparse.ArgumentParser], None],
     run: Callable[[argparse.Namespace], int],
-    seed: int = 0,
 ) -> argparse.ArgumentParser:
-    """Add ``course <command>`` to the subparsers ``sub``: ``--text`` and ``--out``, the recipe's
-    own ``options(parser)``, then ``--eval-every``, ``--device`` and ``--seed``; ``run(args)``
-    runs it (usually through :func:`run_recipe`)."""
+    """Add ``course <command>`` to the subparsers ``sub``: ``--text`` and ``--out``, the
+    ``training`` options, the recipe's own ``options(parser)``, then ``--eval-every``,
+    ``--device`` and ``--seed``; ``run(args)`` runs it (usually through :func:`run_recipe`)."""
     p = sub.add_parser(command, help=help, description=description)
     add_text_and_out(p, out_help=out_help)
+    training.add_to(p)
     options(p)
-    add_run_options(p, seed=seed)
+    add_run_options(p, seed=training.seed)
     p.set_defaults(func=run)
     return p
 

@@ -58,6 +58,7 @@ from ..models.elmo import ElmoConfig, ElmoLanguageModel
 from ..objectives.losses import elmo_lm_loss
 from ..train import History, fit, model_device, to_device
 from .common import (
+    TrainingOptions,
     add_recipe_command,
     fingerprint,
     load_model,
@@ -68,6 +69,7 @@ from .common import (
     run_recipe,
     save_model,
     train_cached,
+    training_arguments,
 )
 
 register_model(ElmoLanguageModel)  # the class the ELMo recipe builds, saves and loads
@@ -591,18 +593,7 @@ def load_pretrained_elmo(
 
 def _cmd(args: argparse.Namespace) -> int:
     def train(sentences: list, device: torch.device) -> PretrainedElmo:
-        return pretrain_elmo(
-            args.size,
-            sentences,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            vocab_size=args.vocab_size,
-            max_len=args.max_len,
-            eval_every=args.eval_every,
-            seed=args.seed,
-            device=device,
-        )
+        return pretrain_elmo(args.size, sentences, device=device, **training_arguments(args))
 
     def summary(model: ElmoLanguageModel, vocab, history: History, device: torch.device, seconds: float):
         return (
@@ -629,36 +620,6 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--steps",
-        type=positive(int),
-        default=CHAPTER["steps"],
-        help=f"optimiser steps (default {CHAPTER['steps']})",
-    )
-    p.add_argument(
-        "--size",
-        choices=list(SIZES),
-        default=CHAPTER["size"],
-        help="model shape (default small; original = the paper's)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=positive(int),
-        default=CHAPTER["batch_size"],
-        help=f"sentences per step (default {CHAPTER['batch_size']})",
-    )
-    p.add_argument(
-        "--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)"
-    )
-    p.add_argument(
-        "--vocab-size",
-        type=positive(int),
-        default=CHAPTER["vocab_size"],
-        help=f"softmax vocabulary, 4 specials included (default {CHAPTER['vocab_size']})",
-    )
-    p.add_argument(
-        "--max-len", type=positive(int), default=64, help="tokens per sentence with <S> and </S> (default 64)"
-    )
-    p.add_argument(
         "--n-sentences",
         type=positive(int),
         default=CHAPTER["n_sentences"],
@@ -677,9 +638,21 @@ def register(sub) -> None:
         "recipe (course_lib.recipes.elmo) and save model.safetensors, config.json and vocab.json in --out. "
         "The defaults regenerate chapter 1's model.",
         out_help="folder for the model, its config and vocabulary",
+        training=TrainingOptions(
+            sizes=list(SIZES),
+            size_help="model shape (default small; original = the paper's)",
+            steps=CHAPTER["steps"],
+            batch_size=CHAPTER["batch_size"],
+            batch_unit="sentences",
+            max_len=64,
+            max_len_help="tokens per sentence with <S> and </S>",
+            vocab_size=CHAPTER["vocab_size"],
+            vocab_help="softmax vocabulary, 4 specials included",
+            size=CHAPTER["size"],
+            seed=CHAPTER["seed"],
+        ),
         options=_options,
         run=_cmd,
-        seed=CHAPTER["seed"],
     )
 
 
