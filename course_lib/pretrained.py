@@ -19,8 +19,7 @@ so the cosine similarity of two sentences is the dot product of their embeddings
 The helpers below serve the BERT chapter: how similar one word's contextual vectors are in
 two sentences. The attention one word pays to another in every layer and head
 (:func:`~course_lib.analysis.attention.word_attention`,
-:func:`~course_lib.analysis.attention.head_scores`) lives in :mod:`course_lib.analysis`;
-it and :func:`~course_lib.data.tokenizers.find_word` are re-exported here for older code.
+:func:`~course_lib.analysis.attention.head_scores`) lives in :mod:`course_lib.analysis`.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .analysis.attention import WordAttention, head_scores, word_attention
 from .data.minilm import minilm_config, minilm_dir, minilm_tokenizer
 from .data.tokenizers import find_word
 from .models.bert import BertConfig, BertModel
@@ -43,10 +41,6 @@ __all__ = [
     "encode",
     "mean_pool",
     "sentence_embeddings",
-    "find_word",
-    "WordAttention",
-    "word_attention",
-    "head_scores",
     "word_vectors",
     "contextual_similarity",
 ]

@@ -42,13 +42,6 @@ LAYERS = {
 }
 # packages of one layer that must stay independent of each other
 INDEPENDENT = [{"nn", "data"}, {"recipes", "analysis"}]
-# Imports against the rules above that are allowed for a while: (file, module) -> the only names it
-# may import. Each is a re-export of a function that moved, kept until its last user imports it
-# from its new home; drop the entry together with the re-export.
-TEMPORARY = {
-    # book/03_bert.ipynb imports minimal_pair_preference from course_lib.recipes.bert
-    ("recipes/bert.py", "course_lib.analysis.minimal_pairs"): {"minimal_pair_preference"},
-}
 
 
 def _package_of(module: str) -> str:
@@ -83,16 +76,6 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def _names_imported_at(path: Path, line: int) -> set[str]:
-    """The names a ``from ... import ...`` statement at ``line`` of ``path`` imports."""
-    return {
-        alias.name
-        for node in ast.walk(ast.parse(path.read_text(), str(path)))
-        if isinstance(node, ast.ImportFrom) and node.lineno == line
-        for alias in node.names
-    }
-
-
 def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT.parent).with_suffix("")
     return ".".join(rel.parts)
@@ -113,9 +96,6 @@ def test_imports_go_down_the_layers():
                 continue
             if LAYERS[them] == LAYERS[me] and {me, them} not in INDEPENDENT:
                 continue
-            allowed = TEMPORARY.get((path.relative_to(ROOT).as_posix(), target))
-            if allowed is not None and _names_imported_at(path, line) <= allowed:
-                continue
             wrong.append(
                 f"{path.relative_to(ROOT.parent)}:{line} ({me}, layer {LAYERS[me]}) imports {target} "
                 f"({them}, layer {LAYERS[them]})"
@@ -127,12 +107,3 @@ def test_the_checker_sees_relative_and_absolute_imports():
     found = dict((t, n) for n, t in _imports(ROOT / "models" / "bert.py"))
     assert "course_lib.nn.attention" in found and "course_lib.models.hf" in found
     assert "course_lib.objectives" in {t for _, t in _imports(ROOT / "widgets" / "masking.py")}
-
-
-def test_every_temporary_exception_is_still_used():
-    """An entry of TEMPORARY whose import is gone must go too (else it would allow a new one)."""
-    for (file, module), names in TEMPORARY.items():
-        path = ROOT / file
-        lines = [line for line, target in _imports(path) if target == module]
-        assert lines, f"{file} no longer imports {module}: remove its TEMPORARY entry"
-        assert all(_names_imported_at(path, line) <= names for line in lines)

@@ -9,7 +9,6 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 import pytest
 import torch
 
-import course_lib.pretrained
 from course_lib.analysis import head_scores, word_attention
 from course_lib.data import find_word
 from course_lib.data.minilm import minilm_dir
@@ -127,10 +126,3 @@ def test_encode_truncates_like_sentence_transformers(minilm):
     assert batch["input_ids"].shape == (1, 256)
     assert batch["input_ids"][0, -1].item() == tok.token_to_id("[SEP]")
 
-
-def test_moved_helpers_are_re_exported_by_the_old_module():
-    """head_scores (chapter 3 imports it from here), word_attention and find_word moved to
-    course_lib.analysis and course_lib.data; the old names are the same functions."""
-    assert course_lib.pretrained.head_scores is head_scores
-    assert course_lib.pretrained.word_attention is word_attention
-    assert course_lib.pretrained.find_word is find_word

@@ -291,10 +291,6 @@ def test_minimal_pair_preference_scores_only_the_differing_tokens(tok):
     assert (share, n) == (1.0, 2)
     with pytest.raises(ValueError, match="nothing to score"):
         minimal_pair_preference(model, tok, [("A cat.", "A cat.")])
-    # chapter 3 still imports it from the recipe module: the same function, re-exported
-    import course_lib.recipes.bert
-
-    assert course_lib.recipes.bert.minimal_pair_preference is minimal_pair_preference
 
 
 # --- fine-tuning -----------------------------------------------------------------------------

@@ -48,15 +48,6 @@ def test_mlm_probability_zero_and_one(model, tok):
     assert not d.rows[0].chosen and not d.rows[-1].chosen, "special tokens are never chosen"
     assert d.n_chosen == len(d.rows) - 2
 
-
-def test_rate_is_the_former_name_of_mlm_probability(model, tok):
-    """Chapter 3 still passes rate=: the same widget, the same draws."""
-    old = MaskingWidget(model, tok, text=LONG, rate=0.3, seed=2)
-    new = MaskingWidget(model, tok, text=LONG, mlm_probability=0.3, seed=2)
-    assert old.mlm_probability == new.mlm_probability == 0.3
-    assert old.draw().to_text() == new.draw().to_text()
-
-
 def test_rows_are_consistent_with_the_actions(model, tok):
     w = MaskingWidget(model, tok, text=LONG, mlm_probability=0.6, seed=3, k=4)
     d = w.draw()

@@ -50,7 +50,6 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from ..analysis.minimal_pairs import minimal_pair_preference  # re-export: moved to course_lib.analysis
 from ..data import (
     detokenize,
     encode_texts,
@@ -124,7 +123,6 @@ __all__ = [
     "top_predictions",
     "word_order_pairs",
     "labelled_pairs",
-    "minimal_pair_preference",
     "classification_inputs",
     "finetune_classifier",
     "classification_accuracy",

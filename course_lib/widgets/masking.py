@@ -133,8 +133,6 @@ class MaskingWidget:
             (the masking rate) and the random seed.
         k: predictions shown per chosen token.
         mask_replace_prob, random_replace_prob: the 80/10/10 split.
-        rate: the former name of ``mlm_probability`` (chapter 3 still passes it); it wins
-            when given.
 
     The masking is the recipe's (:func:`~course_lib.recipes.bert.make_masker`, kept in
     ``.masker``). ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also
@@ -154,7 +152,6 @@ class MaskingWidget:
         mask_replace_prob: float = 0.8,
         random_replace_prob: float = 0.1,
         max_len: int | None = None,
-        rate: float | None = None,
     ):
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
@@ -162,7 +159,7 @@ class MaskingWidget:
         self.tokenizer = tokenizer
         self.masker = make_masker(
             tokenizer,
-            mlm_probability=float(mlm_probability if rate is None else rate),
+            mlm_probability=float(mlm_probability),
             mask_replace_prob=mask_replace_prob,
             random_replace_prob=random_replace_prob,
         )
