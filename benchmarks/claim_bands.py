@@ -18,7 +18,6 @@ with its own empty model cache so that every model is trained afresh under that 
 CPU kernels; with another ``OMP_NUM_THREADS`` reductions sum in another order: together the
 cheapest stand-in for another machine. ``COURSE_SEED_OFFSET`` shifts every
 ``seed_everything`` seed (model initialisation and dropout; the data stay the same).
-Chapter 01 runs single-threaded whatever ``OMP_NUM_THREADS`` says (it sets one thread itself).
 """
 
 from __future__ import annotations
