@@ -531,3 +531,93 @@ def test_runs_under_bf16_autocast():
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
     (out.loss + mixed.float().sum()).backward()
     assert m.softmax.weight.grad is not None and m.char_cnn.convs[0].weight.grad is not None
+
+
+def _brute_force_bilm(m: ElmoLanguageModel, ids: torch.Tensor, mask: torch.Tensor):
+    """The whole biLM written out one word and one time step at a time, from the paper's
+    equations and nothing of the library but the weights: the char CNN (embed, convolve, max
+    over the word, activation, highway, project), then each direction's LSTM with a
+    projection, h_t = W_hr (o_t * tanh(c_t)), c_t = f_t * c_{t-1} + i_t * g_t, read left to
+    right and right to left within each sentence, with residual connections above layer 1."""
+    c = m.config
+    act = {"relu": torch.relu, "tanh": torch.tanh}[c.activation]
+    cnn = m.char_cnn
+    batch_size, seq, _ = ids.shape
+    token = torch.zeros(batch_size, seq, c.projection_dim, dtype=torch.float64)
+    for b in range(batch_size):
+        for t in range(seq):
+            if not mask[b, t]:
+                continue
+            e = cnn.char_embedding.weight.double()[ids[b, t]]  # [chars, char_embed_dim]
+            feats = []
+            for conv in cnn.convs:
+                w, bias = conv.weight.double(), conv.bias.double()  # [filters, char_embed_dim, width]
+                width = w.shape[-1]
+                starts = range(e.shape[0] - width + 1)
+                windows = [(w * e[k : k + width].T[None]).sum((1, 2)) + bias for k in starts]
+                feats.append(torch.stack(windows).max(0).values)
+            h = act(torch.cat(feats))
+            for layer in cnn.highway.layers:
+                z = layer.weight.double() @ h + layer.bias.double()
+                gate = torch.sigmoid(z[c.n_filters :])
+                h = gate * h + (1 - gate) * torch.relu(z[: c.n_filters])
+            token[b, t] = cnn.projection.weight.double() @ h + cnn.projection.bias.double()
+
+    def run(cell, xs):  # one sentence, one direction: xs [length, width]
+        W, U = cell.weight_ih_l0.double(), cell.weight_hh_l0.double()
+        bias = (cell.bias_ih_l0 + cell.bias_hh_l0).double()
+        P = cell.weight_hr_l0.double() if hasattr(cell, "weight_hr_l0") else None
+        n = c.lstm_cell_dim
+        h = torch.zeros(P.shape[0] if P is not None else n, dtype=torch.float64)
+        cell_state = torch.zeros(n, dtype=torch.float64)
+        out = []
+        for x in xs:
+            z = W @ x + U @ h + bias
+            i, f, o = torch.sigmoid(z[:n]), torch.sigmoid(z[n : 2 * n]), torch.sigmoid(z[3 * n :])
+            g = torch.tanh(z[2 * n : 3 * n])  # PyTorch's gate order: i, f, g, o
+            cell_state = f * cell_state + i * g
+            h = o * torch.tanh(cell_state)
+            h = P @ h if P is not None else h
+            out.append(h)
+        return torch.stack(out)
+
+    forwards, backwards = [], []
+    for b in range(batch_size):
+        n = int(mask[b].sum())
+        f_in = b_in = token[b, :n]
+        f_layers, b_layers = [], []
+        for layer, (f_cell, b_cell) in enumerate(zip(m.bilm.forward_layers, m.bilm.backward_layers)):
+            f = run(f_cell, f_in)
+            bw = run(b_cell, b_in.flip(0)).flip(0)  # right to left, starting at the last real word
+            if c.residual and layer > 0:
+                f, bw = f + f_in, bw + b_in
+            f_layers.append(f)
+            b_layers.append(bw)
+            f_in, b_in = f, bw
+        forwards.append(f_layers)
+        backwards.append(b_layers)
+    return token, forwards, backwards
+
+
+def test_bilm_matches_a_brute_force_loop_over_words_and_time_steps():
+    """A numerical check of ELMo's biLM (Hugging Face has no ELMo to compare with): the library's
+    vectorised forward (unique words, nn.LSTM, reversal within each length) equals the
+    equations computed word by word and step by step in float64, padding included."""
+    torch.manual_seed(0)
+    m = model()
+    with torch.no_grad():  # non-zero biases everywhere, so that no term can hide
+        for name, p in m.named_parameters():
+            if "bias" in name:
+                p.normal_(0, 0.3)
+    ids, _, mask = batch()
+    with torch.no_grad():
+        st = m.encode(ids, mask)
+        token, forwards, backwards = _brute_force_bilm(m, ids, mask)
+    torch.testing.assert_close(st.token.double(), token, atol=TOL, rtol=TOL)
+    for b in range(ids.shape[0]):
+        n = int(mask[b].sum())
+        for layer in range(m.config.n_layers):
+            close = dict(atol=TOL, rtol=TOL)
+            torch.testing.assert_close(st.forward[layer][b, :n].double(), forwards[b][layer], **close)
+            torch.testing.assert_close(st.backward[layer][b, :n].double(), backwards[b][layer], **close)
+            assert (st.forward[layer][b, n:] == 0).all() and (st.backward[layer][b, n:] == 0).all()
