@@ -518,17 +518,7 @@ class Sandbox:
             if self._out_fd in ready:
                 self._read_output()
             if self._ctl_fd in ready:
-                chunk = os.read(self._ctl_fd, 65536)
-                if not chunk:
-                    reason = self._zygote_gone()
-                    self.kill()
-                    raise SandboxLost("exit", reason)
-                self._ctl += chunk
-                msg = self._ctl_line()
-                if msg is not None and msg.get("event") == "exit":
-                    self.child_alive = False
-                    self._read_output()
-                    raise SandboxLost("exit", self._exit_reason(int(msg.get("code", 0))))
+                self._read_control()
 
     def _unread_request_bytes(self) -> int:
         """Bytes of requests in the pipe that no process read (FIONREAD works on either end)."""
@@ -555,6 +545,22 @@ class Sandbox:
             pass
         finally:
             os.set_blocking(self._resp_fd, True)
+
+    def _read_control(self) -> None:
+        """Read the zygote's control pipe; raise :class:`SandboxLost` when the student's
+        process (or the zygote itself) has gone, with what it printed until then."""
+        chunk = os.read(self._ctl_fd, 65536)
+        if not chunk:
+            reason = self._zygote_gone()
+            self._read_output()
+            self.kill()
+            raise SandboxLost("exit", reason)
+        self._ctl += chunk
+        msg = self._ctl_line()
+        if msg is not None and msg.get("event") == "exit":
+            self.child_alive = False
+            self._read_output()
+            raise SandboxLost("exit", self._exit_reason(int(msg.get("code", 0))))
 
     def _read_output(self) -> None:
         while self._out_fd is not None:
@@ -665,18 +671,7 @@ class Sandbox:
                     except OSError:
                         out_open = False
             if self._ctl_fd in ready:
-                chunk = os.read(self._ctl_fd, 65536)
-                if not chunk:
-                    reason = self._zygote_gone()
-                    self._read_output()
-                    self.kill()
-                    raise SandboxLost("exit", reason)
-                self._ctl += chunk
-                msg = self._ctl_line()
-                if msg is not None and msg.get("event") == "exit":
-                    self.child_alive = False
-                    self._read_output()
-                    raise SandboxLost("exit", self._exit_reason(int(msg.get("code", 0))))
+                self._read_control()
             if self._resp_fd in ready:
                 try:
                     chunk = os.read(self._resp_fd, 1 << 20)
