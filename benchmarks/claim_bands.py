@@ -8,11 +8,13 @@ with its own empty model cache so that every model is trained afresh under that 
 
 - ``benchmarks/claim_bands.md``: per claim, the value under every setting, the range, the
   band, and whether every setting fell inside it;
-- ``_build/bands/claims.jsonl``: the raw records.
+- ``_build/bands/claims-<chapter>-<setting>.jsonl``: the raw records of each run; running a
+  chapter under a setting again replaces that file, so the table never keeps a claim that a
+  chapter no longer makes.
 
     .venv/bin/python benchmarks/claim_bands.py                      # the default grid, 2 jobs
     .venv/bin/python benchmarks/claim_bands.py --chapters 02 --jobs 1
-    .venv/bin/python benchmarks/claim_bands.py --summarise-only     # rebuild the table from the jsonl
+    .venv/bin/python benchmarks/claim_bands.py --summarise-only     # rebuild the table from the records
 
 ``ATEN_CPU_CAPABILITY`` (``default``, ``avx2``, ``avx512``) makes PyTorch pick another set of
 CPU kernels; with another ``OMP_NUM_THREADS`` reductions sum in another order: together the
@@ -51,8 +53,9 @@ execute_notebook(Path(sys.argv[1]), timeout=1800)
 """
 
 
-def run_one(chapter: Path, setting: tuple[str, str, str, str], log: Path) -> tuple[str, str, float, str]:
+def run_one(chapter: Path, setting: tuple[str, str, str, str]) -> tuple[str, str, float, str]:
     name, capability, threads, offset = setting
+    log = OUT / f"claims-{chapter.stem}-{name}.jsonl"
     env = dict(os.environ)
     env.update(
         ATEN_CPU_CAPABILITY=capability,
@@ -71,6 +74,7 @@ def run_one(chapter: Path, setting: tuple[str, str, str, str], log: Path) -> tup
     done = OUT / f"done-{chapter.stem}-{name}"
     if done.exists():
         return chapter.stem, name, 0.0, "done before (delete _build/bands/done-* to measure again)"
+    log.unlink(missing_ok=True)  # this run's records replace the last run's
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(chapter)], env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
@@ -81,10 +85,12 @@ def run_one(chapter: Path, setting: tuple[str, str, str, str], log: Path) -> tup
     return chapter.stem, name, seconds, status
 
 
-def summarise(log: Path) -> str:
+def summarise(logs: Path | list[Path]) -> str:
     rows: dict[tuple[str, str], dict] = {}
     settings: list[str] = []
-    for line in log.read_text().splitlines():
+    logs = [logs] if isinstance(logs, Path) else logs
+    lines = [line for log in logs for line in log.read_text().splitlines() if line.strip()]
+    for line in lines:
         r = json.loads(line)
         setting = r.get("setting") or f"seed{r['seed_offset']}-{r['cpu_capability'].lower()}-{r['threads']}t"
         if setting not in settings:
@@ -122,7 +128,6 @@ def main(argv=None) -> int:
     ap.add_argument("--summarise-only", action="store_true")
     args = ap.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    log = OUT / "claims.jsonl"
     if not args.summarise_only:
         chapters = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
         if args.chapters:
@@ -130,9 +135,9 @@ def main(argv=None) -> int:
         grid = [g for g in GRID if not args.settings or g[0] in args.settings]
         jobs = [(c, g) for g in grid for c in chapters]
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for chapter, name, seconds, status in pool.map(lambda job: run_one(job[0], job[1], log), jobs):
+            for chapter, name, seconds, status in pool.map(lambda job: run_one(*job), jobs):
                 print(f"{chapter:>16}  {name:>18}  {seconds:6.0f} s  {status}", flush=True)
-    TABLE.write_text(summarise(log))
+    TABLE.write_text(summarise(sorted(OUT.glob("claims-*.jsonl"))))
     print(f"wrote {TABLE.relative_to(ROOT)}")
     return 0
 
