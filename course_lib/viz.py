@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["plot_attention", "plot_heads", "to_numpy", "figure_png"]
+__all__ = ["plot_attention", "plot_heads", "plot_bilm", "to_numpy", "figure_png"]
 
 
 def to_numpy(x) -> np.ndarray:
@@ -117,3 +117,56 @@ def figure_png(fig, *, dpi: int = 100):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return Image(data=buf.getvalue(), format="png")
+
+
+def plot_bilm(words: Sequence[str] = ("<S>", "traffic", "jam", "</S>"), *, n_layers: int = 2, ax=None):
+    """ELMo's biLM as the source draws it: token vectors from the character CNN at the bottom,
+    a forward LSTM stack (arrows left to right) and a separate backward stack (right to left)
+    above them, and the scalar mix of every layer on top of each word. Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.9 * len(words) + 1.5, 4.6))
+    step, side = 1.9, 0.35  # distance between words; offset of the two stacks from a word's centre
+    box = dict(boxstyle="round,pad=0.3", lw=1)
+    arrow = dict(arrowstyle="->", lw=1, color="0.35")
+    colours = {"fwd": "#3d85c6", "bwd": "#cc0000", "mix": "#38761d"}
+    fills = {"token": "#eeeeee", "fwd": "#cfe2f3", "bwd": "#f4cccc", "mix": "#d9ead3"}
+    height = {"fwd": lambda layer: 2 * layer - 1, "bwd": lambda layer: 2 * layer - 0.45}
+    top = 2 * n_layers + 0.7
+
+    def label(x, y, text, fill, size=9):
+        ax.text(x, y, text, ha="center", va="center", fontsize=size, bbox={**box, "fc": fill})
+
+    def link(start, end, colour="0.35"):
+        ax.annotate("", end, start, arrowprops={**arrow, "color": colour})
+
+    for i, word in enumerate(words):
+        x = step * i
+        ax.text(x, -0.9, word, ha="center", va="center", fontsize=11, fontweight="bold")
+        label(x, 0, "char CNN\n$x_k$", fills["token"], size=8)
+        link((x, -0.7), (x, -0.3))
+        for direction, dx, hat in (("fwd", -side, "overrightarrow"), ("bwd", side, "overleftarrow")):
+            below = (x, 0.3)
+            for layer in range(1, n_layers + 1):
+                y = height[direction](layer)
+                label(x + dx, y, f"$\\{hat}{{h}}_{{k,{layer}}}$", fills[direction])
+                link(below, (x + dx, y - 0.25))
+                if i + 1 < len(words):  # the recurrence: to the next word, or from it
+                    if direction == "fwd":
+                        link((x - 0.05, y), (x + step - 0.65, y), colours[direction])
+                    else:
+                        link((x + step + 0.3, y), (x + 0.65, y), colours[direction])
+                below = (x + dx, y + 0.3)
+        label(x, top, "$\\gamma \\sum_j s_j h_{k,j}$", fills["mix"])
+        link((x, height["bwd"](n_layers) + 0.3), (x, top - 0.3))
+    margins = [
+        (height["fwd"](1), "forward\nLSTMs", "fwd"),
+        (height["bwd"](1) + 0.6, "backward\nLSTMs", "bwd"),
+        (top, "scalar\nmix", "mix"),
+    ]
+    for y, text, key in margins:
+        ax.text(-1.5, y, text, ha="center", va="center", fontsize=9, color=colours[key])
+    ax.set(xlim=(-2.3, step * (len(words) - 1) + 0.9), ylim=(-1.3, top + 0.6))
+    ax.axis("off")
+    return ax

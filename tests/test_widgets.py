@@ -83,3 +83,18 @@ def test_explorer_rejects_bad_input():
     ex = AttentionExplorer({"a": [np.ones((1, 2, 2)) / 2]}, {"a": (["x", "y"], ["x", "y"])})
     with pytest.raises(ValueError, match="layer 3 out of range"):
         ex.matrix("a", 3, 0)
+
+
+def test_plot_bilm_draws_both_stacks_and_the_mix():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.viz import plot_bilm
+
+    ax = plot_bilm(["<S>", "a", "b", "</S>"], n_layers=2)
+    texts = [t.get_text() for t in ax.texts]
+    assert sum("overrightarrow" in t for t in texts) == 8 and sum("overleftarrow" in t for t in texts) == 8
+    assert sum("char CNN" in t for t in texts) == 4 and sum("gamma" in t for t in texts) == 4
+    plt.close(ax.figure)
