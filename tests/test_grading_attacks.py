@@ -494,7 +494,7 @@ def test_mutations_are_applied_in_place():
 
 
 try:  # property-based tests need hypothesis (a test dependency); the rest of this file does not
-    from hypothesis import given, settings
+    from hypothesis import example, given, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover
     given = None
@@ -551,6 +551,8 @@ else:
     @settings(max_examples=200, deadline=None, database=None)
     @given(names=st.lists(st.text(alphabet=st.characters(exclude_categories=(), exclude_characters="/\x00"), min_size=1, max_size=30), max_size=8),
            folders=st.lists(st.sampled_from(["a", "b", "B", "c/d"]), min_size=8, max_size=8))
+    @example(names=[":", "\ud800"], folders=["a"] * 8)  # a lone surrogate in a clashing name (found by hypothesis)
+    @example(names=["x", "x", "\udcff"], folders=["a", "b", "a"] + ["a"] * 5)  # an undecodable byte
     def test_report_folders_take_any_file_name(names, folders):
         paths = [f"{folder}/{name}.ipynb" for folder, name in zip(folders, names)]
         out = report_folders(paths)

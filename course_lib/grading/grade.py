@@ -248,7 +248,11 @@ def _safe_stem(path: str) -> str:
 
 
 def _path_hash(path: str) -> str:
-    return hashlib.sha256(os.fsencode(str(path))).hexdigest()[:10]
+    try:
+        raw = os.fsencode(str(path))  # the name's bytes on disk (undecodable bytes come back as they were)
+    except UnicodeEncodeError:  # a lone surrogate that no file system name decodes to (e.g. "\ud800")
+        raw = str(path).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:10]
 
 
 def report_folders(paths: list[str]) -> list[str]:
