@@ -48,9 +48,23 @@ system-deps:
 book: $(STAMP)
 	$(BIN)/course book
 
+# The suite in two halves that run side by side on a 2-core machine: the book (its build executes
+# every chapter once, mostly training on 2 threads; then the chapters' checked outputs and
+# claims, the pages, a browser) and everything else on 1 thread (unit and parity tests, the
+# grader, the solution notebooks under nbval). Idle threads sleep (OMP_WAIT_POLICY=PASSIVE)
+# instead of spinning, so neither half slows the other more than it must. The book half's
+# output is printed when both are done; make test fails if either fails.
 test: $(STAMP) system-deps
 	$(BIN)/ruff check course_lib tests benchmarks
-	$(BIN)/python -m pytest tests solutions --nbval-lax --nbval-current-env --durations=15
+	@mkdir -p _build; \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests/test_book.py -p no:cacheprovider --durations=5 \
+	  > _build/test-book.log 2>&1 & book=$$!; trap 'kill $$book 2>/dev/null' INT TERM; \
+	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests solutions --ignore=tests/test_book.py \
+	  --nbval-lax --nbval-current-env --durations=15; rest=$$?; \
+	wait $$book; book_rc=$$?; \
+	echo; echo "=== the book half (tests/test_book.py): _build/test-book.log ==="; cat _build/test-book.log; \
+	echo "the rest: exit $$rest; the book: exit $$book_rc"; \
+	test $$rest -eq 0 && test $$book_rc -eq 0
 
 # Another machine, simulated: PyTorch's portable CPU kernels instead of this CPU's SIMD ones,
 # one thread (another summation order), and an empty model cache so every model is trained
