@@ -15,6 +15,7 @@ from course_lib.models.bert import (
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
+    BertLMHeadModel,
     BertModel,
     masked_lm_loss,
 )
@@ -143,6 +144,46 @@ def test_masked_lm_parity_and_loss():
     assert abs(out.loss.item() - ref.loss.item()) <= TOL
     for a, b in zip(out.attentions, ref.attentions):
         assert maxdiff(a, b) <= TOL
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_causal_lm_parity_loss_and_attention(attn):
+    """BertLMHeadModel (is_decoder=True): logits, shifted loss and attention weights equal
+    Hugging Face's on shared random weights, with padding and token types."""
+    hf = seeded(transformers.BertLMHeadModel, hf_config(attn, is_decoder=True))
+    ours = BertLMHeadModel.from_hf(hf)
+    assert ours.config.is_decoder and ours.num_parameters() == sum(p.numel() for p in hf.parameters())
+    batch = make_batch(seed=8)
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    with torch.no_grad():
+        ref = hf(**batch, labels=labels, output_attentions=attn == "eager")
+        out = ours(**batch, labels=labels, output_attentions=attn == "eager")
+    real = batch["attention_mask"].bool()
+    assert maxdiff(out.logits[real], ref.logits[real]) <= TOL
+    assert abs(out.loss.item() - ref.loss.item()) <= TOL
+    if attn == "eager":
+        for a, b in zip(out.attentions, ref.attentions):
+            assert maxdiff(a, b) <= TOL
+            assert a.triu(diagonal=1).abs().max().item() == 0.0  # nothing attends to a later position
+
+
+def test_causal_lm_never_sees_the_future():
+    """Changing the tokens after position t leaves every output up to t exactly unchanged
+    (SDPA path and explicit path), while the bidirectional model's outputs move."""
+    torch.manual_seed(0)
+    causal = BertLMHeadModel(BertConfig(**TINY, is_decoder=True)).eval()
+    masked = BertForMaskedLM(BertConfig(**TINY)).eval()
+    ids = torch.randint(1, 99, (3, 12))
+    later = ids.clone()
+    later[:, 7:] = torch.randint(1, 99, (3, 5))
+    with torch.no_grad():
+        for kw in ({}, {"output_attentions": True}):
+            a, b = causal(ids, **kw).logits, causal(later, **kw).logits
+            assert torch.equal(a[:, :7], b[:, :7])
+            assert (a[:, 7:] - b[:, 7:]).abs().max() > 1e-3
+        assert (masked(ids).logits[:, :7] - masked(later).logits[:, :7]).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="is_decoder"):
+        BertLMHeadModel(BertConfig(**TINY))
 
 
 def test_pretraining_loss_matches_hf():
@@ -310,8 +351,9 @@ def test_config_course_names_and_from_hf():
         37,
     )
     assert BertConfig.from_hf(hfc.to_dict()) == c2
-    with pytest.raises(ValueError, match="encoder"):
-        BertConfig.from_hf({**hfc.to_dict(), "is_decoder": True})
+    assert BertConfig.from_hf({**hfc.to_dict(), "is_decoder": True}).is_decoder
+    with pytest.raises(ValueError, match="cross-attention"):
+        BertConfig.from_hf({**hfc.to_dict(), "is_decoder": True, "add_cross_attention": True})
     with pytest.raises(ValueError, match="position_embedding_type"):
         BertConfig.from_hf({**hfc.to_dict(), "position_embedding_type": "relative_key"})
 

@@ -4,11 +4,16 @@ This layer sits above the models and the data (it runs models on data); the chap
 """
 
 from .attention import WordAttention, head_scores, word_attention
+from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
 from .layers import layer_vectors
 from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
 
 __all__ = [
+    "SIDES",
+    "generate_greedy",
+    "generation_statistics",
+    "hidden_word_accuracy",
     "WordAttention",
     "head_scores",
     "layer_vectors",

@@ -42,6 +42,7 @@ from .tasks import (
     sense_examples,
     sense_words,
     sop_pairs,
+    topic_pairs,
 )
 from .text_files import load_documents, load_sentences, read_text_files, source_fingerprint
 from .tokenizers import (
@@ -90,6 +91,7 @@ __all__ = [
     "sense_examples",
     "sense_words",
     "sop_pairs",
+    "topic_pairs",
     "load_documents",
     "load_sentences",
     "read_text_files",

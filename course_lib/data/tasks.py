@@ -38,6 +38,7 @@ __all__ = [
     "name_sentences",
     "nsp_pairs",
     "sop_pairs",
+    "topic_pairs",
 ]
 
 
@@ -232,4 +233,31 @@ def sop_pairs(documents, *, seed: int = 0, p_swap: float = 0.5) -> list[tuple[st
                 out.append((b.text, a.text, 1))
             else:
                 out.append((a.text, b.text, 0))
+    return out
+
+
+def topic_pairs(documents, n: int, *, seed: int = 0) -> list[tuple[str, str, int]]:
+    """A sentence-pair task: ``(a, b, label)`` with a and b from two *different* documents,
+    label 1 when the documents share a topic and 0 when not (half each). Unlike NSP, b never
+    continues a, so only the meaning of the words tells the classes apart."""
+    docs = [d for d in _check_docs(documents) if d.topic is not None and len(d) >= 1]
+    by_topic: dict[str, list[Document]] = {}
+    for d in docs:
+        by_topic.setdefault(d.topic, []).append(d)
+    topics = sorted(t for t, ds in by_topic.items() if len(ds) >= 2)
+    if len(topics) < 2:
+        raise ValueError("topic pairs need at least two topics with two or more documents each")
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        same = i % 2 == 0
+        t = rng.choice(topics)
+        d1, d2 = (
+            rng.sample(by_topic[t], 2)
+            if same
+            else (rng.choice(by_topic[t]), rng.choice(by_topic[rng.choice([u for u in topics if u != t])]))
+        )
+        a, b = rng.choice(d1.sentences), rng.choice(d2.sentences)
+        out.append((a.text, b.text, int(same)))
+    rng.shuffle(out)
     return out

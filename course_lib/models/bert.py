@@ -87,6 +87,8 @@ __all__ = [
     "BertModel",
     "BertForPreTraining",
     "BertForMaskedLM",
+    "BertLMHeadModel",
+    "CausalLMOutput",
     "BertForSequenceClassification",
     "TokenClassifierOutput",
     "BertForTokenClassification",
@@ -132,6 +134,7 @@ class BertConfig(HFConfig):
     tie_word_embeddings: bool = True  # MLM decoder shares the input embedding matrix
     num_labels: int = 2  # outputs of BertForSequenceClassification (1 = regression)
     classifier_dropout: float | None = None  # dropout before the classifier (None: hidden_dropout_prob)
+    is_decoder: bool = False  # causal self-attention: each token sees itself and the tokens before it
 
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads != 0:
@@ -251,9 +254,9 @@ class BertLayer(nn.Module):
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False
+        self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False, causal: bool = False
     ) -> tuple[Tensor, Tensor | None]:
-        a, weights = self.attention(x, mask=mask, return_weights=return_weights)
+        a, weights = self.attention(x, mask=mask, return_weights=return_weights, causal=causal)
         x = self.attention_norm(x + self.dropout(a))
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, weights
@@ -273,12 +276,14 @@ class BertEncoder(nn.Module):
         *,
         return_weights: bool = False,
         return_hidden: bool = False,
+        causal: bool = False,
     ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
-        """Returns ``(last, [inputs, after layer 1, ...] or None, [weights per layer] or None)``."""
+        """Returns ``(last, [inputs, after layer 1, ...] or None, [weights per layer] or None)``;
+        ``causal``: no position attends to a later one."""
         hidden = [x] if return_hidden else None
         weights = [] if return_weights else None
         for layer in self.layers:
-            x, w = layer(x, mask, return_weights=return_weights)
+            x, w = layer(x, mask, return_weights=return_weights, causal=causal)
             if return_hidden:
                 hidden.append(x)
             if return_weights:
@@ -394,7 +399,11 @@ class BertModel(HFBody, nn.Module):
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask = self.attention_mask_to_mask(input_ids, attention_mask)
         h, hidden, weights = self.encoder(
-            x, mask, return_weights=output_attentions, return_hidden=output_hidden_states
+            x,
+            mask,
+            return_weights=output_attentions,
+            return_hidden=output_hidden_states,
+            causal=self.config.is_decoder,
         )
         return BertModelOutput(
             last_hidden_state=h,
@@ -600,6 +609,42 @@ class BertForMaskedLM(_WithMLMHead):
         """``masked_only=True``: logits only at labelled positions (see :meth:`_WithMLMHead._mlm`)."""
         logits, loss = self._mlm(out.last_hidden_state, labels, masked_only)
         return self._output(MaskedLMOutput, out, loss=loss, logits=logits)
+
+
+@dataclass
+class CausalLMOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, seq_len, vocab_size]: position t scores token t + 1
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+
+
+class BertLMHeadModel(_WithMLMHead):
+    r"""BERT as a left-to-right language model: the same network with causal self-attention
+    (``config.is_decoder=True``), the same (tied) LM head, trained on the next token.
+
+    It is the controlled baseline for the masked LM: identical parameters and size, only the
+    attention mask and the objective differ,
+    :math:`\log p(x) = \sum_t \log p(x_t \mid x_{<t})`. ``labels`` are the input ids
+    (``-100`` where no loss is taken); the loss shifts them by one position, as Hugging
+    Face's ``BertLMHeadModel`` does.
+    """
+
+    def __init__(self, config: BertConfig):
+        if not config.is_decoder:
+            raise ValueError("BertLMHeadModel needs a config with is_decoder=True (causal self-attention)")
+        super().__init__(config)
+
+    def forward_heads(self, out: BertModelOutput, labels: Tensor | None) -> CausalLMOutput:
+        logits = self.mlm_head(out.last_hidden_state)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:-1]:
+                raise ValueError(
+                    f"labels of shape {tuple(labels.shape)} do not match the input {tuple(logits.shape)[:-1]}"
+                )
+            loss = masked_lm_loss(logits[:, :-1], labels[:, 1:])
+        return self._output(CausalLMOutput, out, loss=loss, logits=logits)
 
 
 class _BertClassifier(_BertWithHeads):

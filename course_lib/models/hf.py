@@ -137,9 +137,9 @@ class HFConfig:
         if model_type is not None and is_roberta != cls._roberta_positions:
             other = "RobertaConfig / Roberta*.from_hf" if is_roberta else "BertConfig / Bert*.from_hf"
             raise ValueError(f"a {model_type!r} config numbers positions differently: use {other}")
-        if d.get("is_decoder") or d.get("add_cross_attention"):
+        if d.get("add_cross_attention"):
             raise ValueError(
-                "course_lib's BERT is an encoder: is_decoder / add_cross_attention are not supported"
+                "course_lib's BERT has no cross-attention: add_cross_attention is not supported"
             )
         pos = d.get("position_embedding_type", "absolute")
         if pos not in (None, "absolute"):

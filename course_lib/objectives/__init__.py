@@ -8,7 +8,7 @@
 This layer sits above the models (it calls them) and the data (it reads token ids).
 """
 
-from .losses import PAIR_LABELS, elmo_lm_loss, pretraining_loss
+from .losses import PAIR_LABELS, causal_lm_loss, elmo_lm_loss, pretraining_loss
 from .masking import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, as_generator, mask_tokens
 from .pairs import (
     NSPPairs,
@@ -39,6 +39,7 @@ __all__ = [
     "pack_pairs",
     "pack_stream",
     "pretraining_loss",
+    "causal_lm_loss",
     "trim_padding",
     "truncate_pair_lengths",
 ]

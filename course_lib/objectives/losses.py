@@ -4,6 +4,8 @@ r"""The ``loss_fn``\ s that :func:`course_lib.train.fit` receives, one per pre-t
   the model has that head and the batch its labels. The masked-LM formula itself,
   :func:`~course_lib.models.bert.masked_lm_loss`, belongs to the model (its ``forward``
   computes it when given ``labels``); this function feeds a batch in and reports metrics.
+* :func:`causal_lm_loss`: a left-to-right language model's next-token loss
+  (``BertLMHeadModel``: BERT with causal attention, the masked LM's controlled baseline).
 * :func:`elmo_lm_loss`: ELMo's forward + backward language-model loss.
 
 A new objective (ALBERT's sentence order, distillation, XLNet's permutation LM) is one more
@@ -21,7 +23,7 @@ from ..models.bert import IGNORE_INDEX
 from ..models.elmo import ElmoLanguageModel
 from .pairs import trim_padding
 
-__all__ = ["PAIR_LABELS", "pretraining_loss", "elmo_lm_loss"]
+__all__ = ["PAIR_LABELS", "pretraining_loss", "causal_lm_loss", "elmo_lm_loss"]
 
 # batch field holding the labels of each sentence-pair objective (a model's ``pair_objective``)
 PAIR_LABELS = {"nsp": "next_sentence_label"}
@@ -61,6 +63,25 @@ def pretraining_loss(
                 (out.seq_relationship_logits.argmax(-1) == pair_label.view(-1)).float().mean().item()
             )
     return out.loss, metrics
+
+
+def causal_lm_loss(model: nn.Module, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
+    r"""``loss_fn`` for :func:`course_lib.train.fit`: :math:`-\frac1N\sum_t \log p(x_{t+1} \mid x_{\le t})`.
+
+    ``batch`` holds unmasked ``input_ids`` and ``labels`` (the same ids, ``-100`` at
+    padding), as :class:`~course_lib.objectives.masking.MaskedLMData` gives them with
+    ``masking="none"``; the model shifts the labels by one. Metrics: next-token accuracy.
+    """
+    batch = trim_padding(batch)
+    kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
+    labels = batch["labels"]
+    out = model(batch["input_ids"], labels=labels, **kwargs)
+    with torch.no_grad():
+        target = labels[:, 1:]
+        chosen = target != IGNORE_INDEX
+        predicted = out.logits[:, :-1].argmax(-1)
+        acc = ((predicted == target) & chosen).sum() / chosen.sum().clamp(min=1)
+    return out.loss, {"lm_accuracy": acc.item()}
 
 
 def elmo_lm_loss(model: ElmoLanguageModel, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:

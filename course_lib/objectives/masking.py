@@ -220,8 +220,9 @@ class MaskedLMData:
             ``token_type_ids``, ``attention_mask``) and ``[n]`` tensors (e.g.
             ``next_sentence_label``), as returned by :func:`pack_pairs` / :func:`pack_stream`.
         masker: the :class:`MLMMasker` (its ``special_ids`` must include the padding id).
-        masking: ``"static"`` (BERT: masks drawn once, reused every epoch) or ``"dynamic"``
-            (RoBERTa: a new mask every epoch).
+        masking: ``"static"`` (BERT: masks drawn once, reused every epoch), ``"dynamic"``
+            (RoBERTa: a new mask every epoch) or ``"none"`` (a left-to-right language model:
+            the inputs unmasked, every real token a label; the model shifts them).
         static_copies: with static masking, how many differently masked copies cycle
             (BERT duplicated its data 10 times).
         batch_size, shuffle, drop_last: batching of each pass.
@@ -245,8 +246,10 @@ class MaskedLMData:
         drop_last: bool = False,
         seed: int = 0,
     ):
-        if masking not in ("static", "dynamic"):
-            raise ValueError(f"masking must be 'static' (BERT) or 'dynamic' (RoBERTa), got {masking!r}")
+        if masking not in ("static", "dynamic", "none"):
+            raise ValueError(
+                f"masking must be 'static' (BERT), 'dynamic' (RoBERTa) or 'none' (causal LM), got {masking!r}"
+            )
         if static_copies < 1:
             raise ValueError(f"static_copies must be at least 1, got {static_copies}")
         if batch_size < 1:
@@ -292,6 +295,11 @@ class MaskedLMData:
     def epoch_view(self, epoch: int) -> dict[str, Tensor]:
         """All examples with the masks of ``epoch`` (``input_ids`` masked, plus ``labels``)."""
         view = dict(self.examples)
+        if self.masking == "none":
+            ids = view["input_ids"]
+            real = view.get("attention_mask", torch.ones_like(ids)).bool()
+            view["labels"] = ids.masked_fill(~real, -100)
+            return view
         view["input_ids"], view["labels"] = self._masked(self.mask_version(epoch))
         return view
 

@@ -65,6 +65,7 @@ from ..models.bert import (
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
+    BertLMHeadModel,
     BertModel,
     body_of,
 )
@@ -76,6 +77,7 @@ from ..objectives import (
     RANDOM,
     MaskedLMData,
     MLMMasker,
+    causal_lm_loss,
     make_nsp_pairs,
     pack_pairs,
     pack_stream,
@@ -100,7 +102,7 @@ from .common import (
 )
 
 # the BERT-family classes the recipes build, save and load (a new family registers its own)
-for _cls in (BertForPreTraining, BertForMaskedLM, RobertaForMaskedLM):
+for _cls in (BertForPreTraining, BertForMaskedLM, BertLMHeadModel, RobertaForMaskedLM):
     register_model(_cls)
 
 __all__ = [
@@ -211,18 +213,48 @@ def tokenize_documents(documents: Sequence[Any], tokenizer) -> list[list[list[in
     return out
 
 
+def segment_documents(docs: Sequence[Sequence[Sequence[int]]], length: int) -> list[list[list[int]]]:
+    """Each document's sentences joined into *segments* of consecutive sentences: a segment
+    grows until adding the next sentence would pass ``length`` tokens (a longer sentence is a
+    segment of its own). BERT's NSP pairs are such spans of text, not single sentences."""
+    if length < 1:
+        raise ValueError(f"segment length must be positive, got {length}")
+    out = []
+    for doc in docs:
+        segs: list[list[int]] = []
+        for sent in doc:
+            if segs and len(segs[-1]) + len(sent) <= length:
+                segs[-1] = segs[-1] + list(sent)
+            else:
+                segs.append(list(sent))
+        out.append(segs)
+    return out
+
+
 def pretraining_examples(
-    documents: Sequence[Any], tokenizer, *, max_len: int = 128, nsp: bool = True, seed: int = 0
+    documents: Sequence[Any],
+    tokenizer,
+    *,
+    max_len: int = 128,
+    nsp: bool = True,
+    nsp_unit: str = "sentence",
+    seed: int = 0,
 ) -> dict[str, Tensor]:
     """Packed, unmasked pretraining inputs ``[n, width]``.
 
-    With ``nsp=True``: one next-sentence pair per sentence that has a successor
-    (``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0/1, ``next_sentence_label`` 0 = is next,
-    1 = random); needs at least two documents. With ``nsp=False``: RoBERTa's full-sentence
-    stream, documents separated by ``[SEP]``, cut into blocks of ``max_len`` tokens.
+    With ``nsp=True``: next-sentence pairs (``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0/1,
+    ``next_sentence_label`` 0 = is next, 1 = random); needs at least two documents. A and B
+    are single sentences (``nsp_unit="sentence"``: one pair per sentence with a successor) or,
+    as in the BERT paper, segments of consecutive sentences of up to half the length each
+    (``nsp_unit="segment"``, :func:`segment_documents`). With ``nsp=False``: RoBERTa's
+    full-sentence stream, documents separated by ``[SEP]``, cut into blocks of ``max_len`` tokens.
     """
+    if nsp_unit not in ("sentence", "segment"):
+        raise ValueError(f"nsp_unit must be 'sentence' or 'segment', got {nsp_unit!r}")
     ids = special_ids(tokenizer)
     docs = tokenize_documents(documents, tokenizer)
+    if nsp and nsp_unit == "segment":
+        docs = segment_documents(docs, (max_len - 3) // 2)
     if nsp:
         pairs = make_nsp_pairs(docs, seed, random_prob=0.5)
         packed = pack_pairs(
@@ -331,6 +363,31 @@ def mlm_logits(model: nn.Module, **inputs: Tensor) -> Tensor:
 
 
 @torch.no_grad()
+def evaluate_causal_lm(
+    model: nn.Module, examples: Mapping[str, Tensor], *, batch_size: int = 256
+) -> dict[str, float]:
+    """A left-to-right LM on held-out ``examples`` (unmasked): ``lm_loss`` (mean next-token
+    cross-entropy, nats) and ``lm_accuracy`` (top-1 next token), over every real token after
+    the first."""
+    was_training = model.training
+    model.eval()
+    device = model_device(model)
+    loss_sum, correct, total = 0.0, 0, 0
+    for i in range(0, examples["input_ids"].size(0), batch_size):
+        fields = ("input_ids", "attention_mask", "token_type_ids")
+        batch = {k: v[i : i + batch_size] for k, v in examples.items() if k in fields}
+        batch = {k: v.to(device) for k, v in trim_padding(batch).items()}
+        logits = model(**batch).logits[:, :-1].float()
+        target = batch["input_ids"][:, 1:]
+        real = batch["attention_mask"][:, 1:].bool() if "attention_mask" in batch else target >= 0
+        loss_sum += F.cross_entropy(logits[real], target[real], reduction="sum").item()
+        correct += int((logits[real].argmax(-1) == target[real]).sum())
+        total += int(real.sum())
+    model.train(was_training)
+    return {"lm_loss": loss_sum / max(total, 1), "lm_accuracy": correct / max(total, 1)}
+
+
+@torch.no_grad()
 def evaluate_mlm(
     model: nn.Module,
     examples: Mapping[str, Tensor],
@@ -421,13 +478,15 @@ def pretrain(
     eval_every: int | None = None,
     progress: bool | None = None,
     desc: str = "pretraining",
+    loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]] = pretraining_loss,
 ) -> History:
     """Train a ``BertForPreTraining`` (MLM + NSP) or ``BertForMaskedLM`` (MLM only) on ``data``
-    with :func:`~course_lib.train.fit` (AdamW, warm-up, cosine decay, bf16 on a capable GPU)."""
+    with :func:`~course_lib.train.fit` (AdamW, warm-up, cosine decay, bf16 on a capable GPU);
+    ``loss_fn=causal_lm_loss`` trains a ``BertLMHeadModel`` on unmasked data instead."""
     return fit(
         model,
         data,
-        pretraining_loss,
+        loss_fn,
         steps=steps,
         lr=lr,
         warmup=warmup,
@@ -505,6 +564,8 @@ def pretrain_bert(
     masking: str = "static",
     static_copies: int = 1,
     nsp: bool = True,
+    nsp_unit: str = "sentence",
+    causal: bool = False,
     max_len: int = 128,
     mlm_probability: float = 0.15,
     tokenizer: Any = None,
@@ -533,6 +594,11 @@ def pretrain_bert(
             over the epochs) or ``"dynamic"`` (RoBERTa: a new mask every epoch).
         nsp: next-sentence pairs and the NSP loss (``BertForPreTraining``); ``False``
             trains ``BertForMaskedLM`` on full-sentence blocks (RoBERTa).
+        nsp_unit: NSP's A and B are single sentences (``"sentence"``) or segments of
+            consecutive sentences (``"segment"``, as in the paper; :func:`pretraining_examples`).
+        causal: train the same network as a left-to-right language model instead
+            (``BertLMHeadModel``, causal attention, next-token loss, no masking) on the
+            full-sentence blocks; needs ``nsp=False``. Held-out ``lm_loss``/``lm_accuracy``.
         tokenizer: a trained ``tokenizers.Tokenizer``; by default one of ``tokenizer_kind``
             (``"wordpiece"`` or ``"byte-bpe"``) with ``vocab_size`` tokens is trained on the
             training documents.
@@ -557,7 +623,13 @@ def pretrain_bert(
     require_positive(steps=steps, batch_size=batch_size)
     if max_len < 8:
         raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
-    default_class = BertForPreTraining if nsp else BertForMaskedLM
+    if causal and nsp:
+        raise ValueError("causal=True trains a left-to-right LM on full-sentence blocks: pass nsp=False")
+    if causal:
+        masking = "none"
+    elif masking not in ("static", "dynamic"):
+        raise ValueError(f"masking must be 'static' or 'dynamic', got {masking!r}")
+    default_class = BertLMHeadModel if causal else BertForPreTraining if nsp else BertForMaskedLM
     model_class = default_class if model_class is None else model_class
     if registered_class(model_class.__name__) is not model_class:
         raise ValueError(
@@ -600,10 +672,13 @@ def pretrain_bert(
             f"config must be a {model_class.config_class.__name__} or a size name, got "
             f"{type(config).__name__}"
         )
+    if causal:
+        config = replace(config, is_decoder=True)
     if lr is None:
         lr = DEFAULT_LR.get(size or "", 1e-3)
 
-    examples = pretraining_examples(train_docs, tokenizer, max_len=max_len, nsp=nsp, seed=seed)
+    pairs = dict(max_len=max_len, nsp=nsp, nsp_unit=nsp_unit)
+    examples = pretraining_examples(train_docs, tokenizer, **pairs, seed=seed)
     if examples["input_ids"].size(0) < batch_size:
         raise ValueError(
             f"the training text gives only {examples['input_ids'].size(0)} sequences, fewer than "
@@ -621,11 +696,13 @@ def pretrain_bert(
     )
     held = None
     if held_docs:
-        held = pretraining_examples(held_docs, tokenizer, max_len=max_len, nsp=nsp, seed=seed + 1)
+        held = pretraining_examples(held_docs, tokenizer, **pairs, seed=seed + 1)
     masker = data.masker
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
-        return evaluate_mlm(m, held, masker, seed=seed) if held is not None else {}
+        if held is None:
+            return {}
+        return evaluate_causal_lm(m, held) if causal else evaluate_mlm(m, held, masker, seed=seed)
 
     seed_everything(seed)
     model = model_class(config).to(device)
@@ -645,7 +722,8 @@ def pretrain_bert(
             eval_fn=eval_fn if held is not None else None,
             eval_every=eval_every,
             progress=progress,
-            desc=f"BERT pretraining ({masking} masking)",
+            desc="left-to-right LM pretraining" if causal else f"BERT pretraining ({masking} masking)",
+            loss_fn=causal_lm_loss if causal else pretraining_loss,
         )
 
     def spec() -> dict[str, Any]:
@@ -669,6 +747,10 @@ def pretrain_bert(
         )
         if model_class is not default_class:  # (the default classes keep their old cache keys)
             key["architecture"] = model_class.__name__
+        if causal:
+            key["causal"] = True
+        if nsp_unit != "sentence":
+            key["nsp_unit"] = nsp_unit
         return key
 
     history = train_cached(cache_name, model, spec, train)
@@ -752,16 +834,28 @@ def classification_inputs(
     return enc
 
 
-def _split_labelled(items: Sequence[tuple[str, int]], what: str) -> tuple[list[str], Tensor]:
+def _split_labelled(
+    items: Sequence[tuple[Any, int]], what: str
+) -> tuple[list[str], Tensor, list[str] | None]:
+    """``(texts, labels, second texts or None)`` of ``(text, label)`` or ``((a, b), label)`` items."""
     if not items:
         raise ValueError(f"{what} holds no examples")
-    texts, labels = [], []
+    texts, seconds, labels = [], [], []
     for it in items:
         if len(it) != 2:
             raise ValueError(f"{what}: expected (text, label) pairs, got {it!r}")
-        texts.append(str(it[0]))
+        text = it[0]
+        if isinstance(text, (tuple, list)):
+            if len(text) != 2:
+                raise ValueError(f"{what}: a sentence pair must be (a, b), got {text!r}")
+            texts.append(str(text[0]))
+            seconds.append(str(text[1]))
+        else:
+            texts.append(str(text))
         labels.append(int(it[1]))
-    return texts, torch.tensor(labels)
+    if seconds and len(seconds) != len(texts):
+        raise ValueError(f"{what} mixes single texts and sentence pairs")
+    return texts, torch.tensor(labels), (seconds or None)
 
 
 @torch.no_grad()
@@ -773,15 +867,16 @@ def classification_accuracy(
     batch_size: int = 256,
     max_len: int | None = None,
 ) -> float:
-    """Share of ``(text, label)`` items the classifier gets right."""
-    texts, labels = _split_labelled(items, "items")
+    """Share of ``(text, label)`` (or ``((a, b), label)``) items the classifier gets right."""
+    texts, labels, seconds = _split_labelled(items, "items")
     device = model_device(model)
     max_len = max_len or model.config.max_len
     was_training = model.training
     model.eval()
     correct = 0
     for i in range(0, len(texts), batch_size):
-        enc = classification_inputs(tokenizer, texts[i : i + batch_size], max_len=max_len)
+        pair = seconds[i : i + batch_size] if seconds is not None else None
+        enc = classification_inputs(tokenizer, texts[i : i + batch_size], pair, max_len=max_len)
         logits = model(**{k: v.to(device) for k, v in enc.items()}).logits
         correct += int((logits.argmax(-1).cpu() == labels[i : i + batch_size]).sum())
     model.train(was_training)
@@ -835,6 +930,7 @@ _FINETUNE_OPTIONS = (
     "eval_every",
     "cache_name",
     "progress",
+    "freeze_body",
 )
 
 
@@ -853,15 +949,27 @@ def _finetune(
     eval_every: int | None,
     cache_name: str | None,
     progress: bool | None,
+    freeze_body: bool = False,
 ) -> tuple[nn.Module, History]:
     """The run both fine-tuning recipes share: a ``task.model_class`` from ``start``
     (:func:`_start_model`), then ``steps`` batches of ``batch_size`` rows of ``task.inputs`` in
     an order drawn from ``seed`` (reshuffled each epoch, the remainder carried over), trained
-    with :func:`~course_lib.train.fit`; cached under ``cache_name``. Returns ``(model, history)``."""
+    with :func:`~course_lib.train.fit`; cached under ``cache_name``. Returns ``(model, history)``.
+
+    ``freeze_body``: the *feature-based* approach (ELMo's): the encoder's weights stay as
+    they are (no gradient, no dropout inside it) and only the new layer on top is trained."""
     require_positive(steps=steps, batch_size=batch_size)
-    model, body = _start_model(
-        start, task.model_class, seed, device, num_labels=num_labels, classifier_dropout=dropout
-    )
+    changes: dict[str, Any] = dict(num_labels=num_labels, classifier_dropout=dropout)
+    if freeze_body:
+        base = start if isinstance(start, BertConfig) else body_of(start).config
+        changes.update(
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            classifier_dropout=base.hidden_dropout_prob if dropout is None else dropout,
+        )
+    model, body = _start_model(start, task.model_class, seed, device, **changes)
+    if freeze_body:
+        model.base.requires_grad_(False)
     enc = task.inputs(model.config.max_len)
     n = enc["input_ids"].size(0)
     gen = torch.Generator().manual_seed(seed)
@@ -898,6 +1006,7 @@ def _finetune(
             lr=lr,
             seed=seed,
             eval_every=eval_every,
+            **({"freeze_body": True} if freeze_body else {}),
         )
 
     return model, train_cached(cache_name, model, spec, train)
@@ -928,6 +1037,7 @@ def finetune_classifier(
     device: torch.device | str | None = None,
     cache_name: str | None = None,
     progress: bool | None = None,
+    freeze_body: bool = False,
 ) -> tuple[BertForSequenceClassification, History]:
     """Fine-tune a sentence classifier on ``(text, label)`` items; returns ``(classifier, history)``.
 
@@ -936,13 +1046,15 @@ def finetune_classifier(
     (random weights: training from scratch). Either way the classifier layer is initialised
     from ``seed`` and the batches come in the same order, so two calls that differ only in
     ``start`` isolate the effect of pretraining. ``history.evals["accuracy"]`` is the
-    accuracy on ``eval_items``.
+    accuracy on ``eval_items``. An item's text may be a pair ``(a, b)``: the input is then
+    ``[CLS] a [SEP] b [SEP]`` with segment ids 0/1. ``freeze_body``: train only the
+    classifier on the frozen encoder (feature-based), see :func:`_finetune`.
     """
-    texts, labels = _split_labelled(train_items, "train_items")
+    texts, labels, seconds = _split_labelled(train_items, "train_items")
     _check_labels(int(labels.min()), int(labels.max()), num_labels, "labels")
 
     def inputs(max_len: int) -> dict[str, Tensor]:
-        return {**classification_inputs(tokenizer, texts, max_len=max_len), "labels": labels}
+        return {**classification_inputs(tokenizer, texts, seconds, max_len=max_len), "labels": labels}
 
     def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
         out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
@@ -954,8 +1066,8 @@ def finetune_classifier(
 
     spec = dict(
         recipe="finetune_classifier",
-        train=_digest([texts, labels.tolist()]),
-        eval=_digest(list(map(list, eval_items or []))),
+        train=_digest([texts, labels.tolist()] + ([seconds] if seconds is not None else [])),
+        eval=_digest([[list(t) if isinstance(t, (tuple, list)) else t, y] for t, y in eval_items or []]),
     )
     task = _Task(BertForSequenceClassification, inputs, loss_fn, eval_fn if eval_items else None, spec)
     options = locals()
@@ -1092,6 +1204,7 @@ def finetune_tagger(
     device: torch.device | str | None = None,
     cache_name: str | None = None,
     progress: bool | None = None,
+    freeze_body: bool = False,
 ) -> tuple[BertForTokenClassification, History]:
     """Fine-tune a tagger (:class:`~course_lib.models.bert.BertForTokenClassification`) on
     ``(words, tag ids)`` sentences; returns ``(tagger, history)``.
@@ -1099,7 +1212,8 @@ def finetune_tagger(
     ``start`` as in :func:`finetune_classifier`: a pretrained model (its encoder is copied)
     or a :class:`BertConfig` (random weights), with the same new layer and batch order for
     a given ``seed``. ``history.evals`` holds ``accuracy`` and ``unseen_accuracy`` on
-    ``eval_items`` (unseen: words that never occur in ``train_items``).
+    ``eval_items`` (unseen: words that never occur in ``train_items``). ``freeze_body``:
+    train only the tagging layer on the frozen encoder (feature-based, ELMo's way).
     """
     words, tags = _split_tagged(train_items, "train_items")
     flat = [t for ts in tags for t in ts]
