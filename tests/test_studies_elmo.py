@@ -21,12 +21,14 @@ DISTANCES = SETTINGS["long_range"]["distances"]
 
 
 def _check_arms(results):
-    assert set(results) == {"bilm", "lookup", "layer0", "layer1", "layer2", "lstm", "transformer"}
+    arms = {"bilm", "lookup", "layer0", "layer1", "layer2", "lstm", "transformer", "lstm_longer"}
+    assert set(results) == arms
     for j in range(3):
         assert set(results[f"layer{j}"]) == LAYER_METRICS
     assert set(results["lookup"]) == {"pos_all", "pos_ambiguous"}
     for arm in ("lstm", "transformer"):
         assert set(results[arm]) == {f"acc_d{d}" for d in DISTANCES} | {"parameters"}
+    assert set(results["lstm_longer"]) == {f"acc_d{SETTINGS['lstm_longer']['distance']}", "steps"}
     for arm, metrics in results.items():
         for metric, value in metrics.items():
             if metric.startswith(("pos_", "sense_", "acc_")):

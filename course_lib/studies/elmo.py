@@ -16,7 +16,8 @@ label is the first one, and the model answers at the last position, ``d`` positi
 (:class:`~course_lib.models.transformer.Encoder` with sinusoidal positions) of about the same
 number of weights get the same small budget (steps, batch, learning rate, fresh sequences every
 step) and are scored on held-out sequences: arms ``lstm`` and ``transformer``, metrics
-``acc_d4``, ``acc_d16``, ... and ``parameters``.
+``acc_d4``, ``acc_d16``, ... and ``parameters``. Arm ``lstm_longer`` trains the LSTM once more at
+one distance with four times the steps (is its failure a matter of a few more steps?).
 
 ``course study run 01_elmo`` runs seeds 0-2 (about three minutes a seed on one CPU thread, two of
 them pretraining the biLM); chapter 1 loads the results with ``load_study("01_elmo")``.
@@ -73,6 +74,8 @@ SETTINGS: dict[str, Any] = dict(
         lr=3e-3,
         n_test=2000,
     ),
+    # the LSTM once more at one distance, with a larger budget: is its failure a matter of a few steps?
+    lstm_longer=dict(distance=16, steps=1200),
 )
 # quick=True (tests): the tiny biLM, few sentences and steps, two sense words, short runs
 QUICK: dict[str, Any] = dict(
@@ -80,6 +83,7 @@ QUICK: dict[str, Any] = dict(
     pos=dict(corpus_seed=123, n_train=40, n_test=20),
     sense=dict(n_train=6, n_test=4, seed=2, words=["jam", "bat"]),
     long_range=dict(SETTINGS["long_range"], steps=5, batch_size=16, n_test=100),
+    lstm_longer=dict(distance=16, steps=10),
 )
 
 
@@ -226,6 +230,9 @@ def _long_range(seed: int, s: dict[str, Any]) -> dict[str, dict[str, Any]]:
             acc, n_weights = long_range_accuracy(kind, d, seed=seed, **r)
             out[kind][f"acc_d{d}"] = acc
         out[kind]["parameters"] = n_weights
+    longer = s["lstm_longer"]
+    acc, _ = long_range_accuracy("lstm", longer["distance"], seed=seed, **{**r, "steps": longer["steps"]})
+    out["lstm_longer"] = {f"acc_d{longer['distance']}": acc, "steps": longer["steps"]}
     return out
 
 
