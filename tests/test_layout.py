@@ -5,7 +5,7 @@
     2  models/      one file per family, models/hf.py for Hugging Face interop
     3  objectives/  masking, pairs, losses
     4  recipes/, analysis/, pretrained          recipes; probes, layer vectors, minimal pairs
-    5  widgets/, viz                            what the chapters show
+    5  widgets/, viz, studies/                  what the chapters show; multi-seed experiments
     6  book, notebooks, cli, grading/, the package's __init__    tooling
 
 A module may import any lower layer and its own layer, never a higher one; inside a layer,
@@ -33,6 +33,7 @@ LAYERS = {
     "pretrained": 4,
     "widgets": 5,
     "viz": 5,
+    "studies": 5,
     "book": 6,
     "notebooks": 6,
     "cli": 6,

@@ -1,0 +1,310 @@
+"""Studies: experiments repeated over several seeds, run once by a command, loaded by chapters.
+
+A chapter trains one seed of each experiment live, which is enough to *show* it. To know
+whether an effect is real, the same experiment has to be repeated with other seeds and the
+spread compared with the effect; some arms (a second pretraining objective, a baseline
+model) are also too slow to train inside a chapter's three-minute budget. A *study* does
+that work outside the chapter:
+
+* a study is registered here with its settings and a function ``run(seed, quick)`` that
+  returns ``{arm: {metric: number, ...}, ...}`` (plus, optionally, small lists of texts);
+* ``course study run NAME`` runs every seed and writes ``course_lib/studies/results/NAME.json``
+  (after each seed, so a killed run keeps the seeds it finished); the file ships with the
+  package, so a chapter opened on Colab finds it too;
+* a chapter calls :func:`load_study`, which refuses a result file written by different
+  settings or different study code (the file records a hash of both), so a chapter never
+  shows numbers of an experiment that no longer exists;
+* :meth:`StudyResults.table` prints every seed, the mean and the range; the chapter's
+  claims about a study say "in every seed" or compare an effect with the spread.
+
+The results file is the output of a run, like a chapter's stored outputs: re-run the study
+after changing it (the test suite fails on a stale file, and runs every study in a quick
+mode to show it still works).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "Study",
+    "StudyResults",
+    "register_study",
+    "get_study",
+    "study_names",
+    "spec_hash",
+    "run_study",
+    "load_study",
+    "results_path",
+    "register",
+]
+
+_STUDIES: dict[str, Study] = {}
+_MODULES = ("course_lib.studies.bert", "course_lib.studies.elmo")
+
+
+@dataclass(frozen=True)
+class Study:
+    """One experiment over several seeds.
+
+    ``run(seed, quick)`` returns ``{arm: {metric: value}}``; values are numbers, or lists of
+    numbers/strings (e.g. generated texts). ``quick=True`` runs a tiny version for tests.
+    """
+
+    name: str  # the result file's name, by convention the chapter's ("03_bert")
+    description: str
+    settings: Mapping[str, Any]
+    run: Callable[[int, bool], dict[str, dict[str, Any]]]
+    seeds: tuple[int, ...] = (0, 1, 2)
+    extra_sources: tuple[Callable[..., Any], ...] = field(default=())
+
+
+def register_study(study: Study) -> Study:
+    if study.name in _STUDIES and _STUDIES[study.name].run is not study.run:
+        raise ValueError(f"a study named {study.name!r} is already registered")
+    _STUDIES[study.name] = study
+    return study
+
+
+def _load_modules() -> None:
+    import importlib
+
+    for m in _MODULES:
+        importlib.import_module(m)
+
+
+def study_names() -> list[str]:
+    _load_modules()
+    return sorted(_STUDIES)
+
+
+def get_study(name: str) -> Study:
+    _load_modules()
+    if name not in _STUDIES:
+        raise KeyError(f"no study named {name!r}; the studies are: {', '.join(sorted(_STUDIES)) or 'none'}")
+    return _STUDIES[name]
+
+
+def spec_hash(study: Study) -> str:
+    """A hash of the study's settings and of the source of the module that defines it (and of
+    ``extra_sources``): changing either makes the stored results stale."""
+    module = sys.modules[study.run.__module__]
+    parts = [json.dumps(study.settings, sort_keys=True, default=str), inspect.getsource(module)]
+    parts += [inspect.getsource(f) for f in study.extra_sources]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def results_path(name: str, root: Path | str | None = None) -> Path:
+    """Where study ``name``'s results are stored (``root``: another results folder)."""
+    return Path(RESULTS if root is None else root) / f"{name}.json"
+
+
+def _check_json(value: Any, where: str) -> None:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: {value} is not a finite number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_json(v, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where}: a study result must hold numbers, strings or lists, got {type(value).__name__}"
+    )
+
+
+def _write_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o644)  # (mkstemp makes it private; a results file is for everyone)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_study(
+    name: str,
+    *,
+    seeds: Sequence[int] | None = None,
+    quick: bool = False,
+    out: Path | str | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Run study ``name`` for each seed and write its results file (after every seed)."""
+    study = get_study(name)
+    if os.environ.get("COURSE_SEED_OFFSET", "0").strip() not in ("", "0"):
+        raise ValueError(
+            "COURSE_SEED_OFFSET is set: it would shift the seeds inside the study without the results "
+            "file knowing; a study chooses its own seeds (--seeds), so unset it"
+        )
+    seeds = tuple(study.seeds if seeds is None else seeds)
+    path = Path(out) if out is not None else results_path(name)
+    data: dict[str, Any] = {
+        "study": name,
+        "description": study.description,
+        "spec_hash": spec_hash(study),
+        "quick": quick,
+        "settings": dict(study.settings),
+        "seeds": {},
+        "environment": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "threads": torch.get_num_threads(),
+        },
+    }
+    for seed in seeds:
+        t0 = time.perf_counter()
+        result = study.run(seed, quick)
+        for arm, metrics in result.items():
+            for metric, value in metrics.items():
+                _check_json(value, f"{name} seed {seed} {arm}.{metric}")
+        data["seeds"][str(seed)] = {"results": result, "seconds": round(time.perf_counter() - t0, 1)}
+        # keep the other seeds of a file written by the same study (runs of single seeds in parallel)
+        try:
+            old = json.loads(path.read_text()) if path.exists() else {}
+        except json.JSONDecodeError:
+            old = {}
+        if old.get("spec_hash") == data["spec_hash"] and old.get("quick") == quick:
+            data["seeds"] = {**old.get("seeds", {}), **data["seeds"]}
+        _write_atomic(path, data)
+        log(f"{name}: seed {seed} done in {time.perf_counter() - t0:.0f} s -> {path}")
+    return path
+
+
+class StudyResults:
+    """A loaded results file: ``values(arm, metric)`` lists one value per seed."""
+
+    def __init__(self, data: Mapping[str, Any]):
+        self.data = data
+        self.name: str = data["study"]
+        self.seeds: list[int] = sorted(int(s) for s in data["seeds"])
+        self.results: dict[int, dict[str, dict[str, Any]]] = {
+            int(s): v["results"] for s, v in data["seeds"].items()
+        }
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.data["settings"]
+
+    def arms(self) -> list[str]:
+        return list(self.results[self.seeds[0]])
+
+    def values(self, arm: str, metric: str) -> list[Any]:
+        out = []
+        for s in self.seeds:
+            if arm not in self.results[s] or metric not in self.results[s][arm]:
+                raise KeyError(f"study {self.name!r}, seed {s}: no {arm!r}.{metric!r}")
+            out.append(self.results[s][arm][metric])
+        return out
+
+    def differences(self, arm_a: str, arm_b: str, metric: str) -> list[float]:
+        """Per seed, ``a - b`` (the arms of one seed share data, masks and initial weights)."""
+        return [a - b for a, b in zip(self.values(arm_a, metric), self.values(arm_b, metric))]
+
+    def table(
+        self,
+        rows: Sequence[tuple[str, str]] | None = None,
+        *,
+        digits: int = 3,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """Every seed, the mean and the range, one row per ``(arm, metric)``."""
+        if rows is None:
+            rows = [
+                (a, m)
+                for a in self.arms()
+                for m, v in self.results[self.seeds[0]][a].items()
+                if isinstance(v, (int, float))
+            ]
+        labels = dict(labels or {})
+        names = [labels.get(f"{a}.{m}", labels.get(a, a) + " " + m) for a, m in rows]
+        w = max(len(n) for n in names)
+        head = (
+            f"{'':<{w}} "
+            + " ".join(f"{'seed ' + str(s):>9}" for s in self.seeds)
+            + f" {'mean':>9} {'range':>9}"
+        )
+        lines = [head]
+        for name, (a, m) in zip(names, rows):
+            v = [float(x) for x in self.values(a, m)]
+            cells = " ".join(f"{x:>9.{digits}f}" for x in v)
+            lines.append(f"{name:<{w}} {cells} {sum(v) / len(v):>9.{digits}f} {max(v) - min(v):>9.{digits}f}")
+        return "\n".join(lines)
+
+
+def load_study(name: str, *, root: Path | str | None = None, allow_quick: bool = False) -> StudyResults:
+    """The stored results of study ``name``; an error if they are missing, stale or from a
+    quick run (which only tests that the study works)."""
+    path = results_path(name, root)
+    rerun = f"run `course study run {name}` (or `python -m course_lib.studies run {name}`)"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: {rerun}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}): {rerun}") from None
+    study = get_study(name)
+    if data.get("spec_hash") != spec_hash(study):
+        raise ValueError(
+            f"{path} was written by other settings or other code of study {name!r} "
+            f"(hash {data.get('spec_hash')}, the study's is now {spec_hash(study)}): {rerun}"
+        )
+    if data.get("quick") and not allow_quick:
+        raise ValueError(f"{path} holds a quick test run, not the study's results: {rerun}")
+    if not data.get("seeds"):
+        raise ValueError(f"{path} holds no finished seed: {rerun}")
+    return StudyResults(data)
+
+
+def _cmd(args) -> int:
+    if args.action == "list":
+        for n in study_names():
+            print(f"{n}: {get_study(n).description}")
+        return 0
+    run_study(args.name, seeds=args.seeds, quick=args.quick, out=args.out)
+    return 0
+
+
+def _add_arguments(p) -> None:
+    p.add_argument("action", choices=["run", "list"], help="run a study, or list the studies")
+    p.add_argument("name", nargs="?", help="the study to run (see `list`)")
+    p.add_argument("--seeds", type=int, nargs="+", help="seeds to run (default: the study's)")
+    p.add_argument("--quick", action="store_true", help="a tiny run that only tests the study works")
+    p.add_argument("--out", help="results file (default course_lib/studies/results/NAME.json)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("study", help="run an experiment over several seeds; chapters load its results")
+    _add_arguments(p)
+
+    def cmd(args) -> int:
+        if args.action == "run" and not args.name:
+            p.error("`run` needs the study's name")
+        return _cmd(args)
+
+    p.set_defaults(func=cmd)

@@ -1,0 +1,97 @@
+"""course_lib.studies: experiments over seeds, run by a command, loaded by chapters, refused when stale."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from course_lib.cli import main as course_main
+from course_lib.studies import (
+    Study,
+    StudyResults,
+    get_study,
+    load_study,
+    register_study,
+    results_path,
+    run_study,
+    spec_hash,
+    study_names,
+)
+
+
+def _toy_run(seed: int, quick: bool = False):
+    return {"a": {"x": seed + 0.5, "texts": ["one", "two"]}, "b": {"x": 2.0 * seed}}
+
+
+TOY = register_study(Study(name="toy", description="a test study", settings={"k": 1}, run=_toy_run))
+
+
+def test_run_writes_every_seed_and_merges_runs_of_single_seeds(tmp_path):
+    out = tmp_path / "toy.json"
+    run_study("toy", seeds=[0, 1], out=out, log=lambda _: None)
+    run_study("toy", seeds=[2], out=out, log=lambda _: None)
+    data = json.loads(out.read_text())
+    assert sorted(data["seeds"]) == ["0", "1", "2"] and data["spec_hash"] == spec_hash(TOY)
+    r = load_study("toy", root=tmp_path)
+    assert r.seeds == [0, 1, 2] and r.values("a", "x") == [0.5, 1.5, 2.5]
+    assert r.differences("a", "b", "x") == [0.5, -0.5, -1.5]
+    table = r.table([("a", "x"), ("b", "x")], labels={"a": "arm a"})
+    assert "seed 2" in table and "arm a x" in table and "mean" in table
+    assert table.splitlines()[1].split()[-2:] == ["1.500", "2.000"]  # mean and range
+    with pytest.raises(KeyError, match="no 'a'.'y'"):
+        r.values("a", "y")
+
+
+def test_a_stale_quick_missing_or_broken_file_is_refused_with_the_command_to_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="course study run toy"):
+        load_study("toy", root=tmp_path)
+    out = results_path("toy", tmp_path)
+    run_study("toy", seeds=[0], out=out, quick=True, log=lambda _: None)
+    with pytest.raises(ValueError, match="quick test run"):
+        load_study("toy", root=tmp_path)
+    assert load_study("toy", root=tmp_path, allow_quick=True).seeds == [0]
+    data = json.loads(out.read_text())
+    data["quick"] = False
+    data["spec_hash"] = "0" * 16
+    out.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="other settings or other code"):
+        load_study("toy", root=tmp_path)
+    out.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_study("toy", root=tmp_path)
+
+
+def test_results_must_be_finite_numbers_strings_or_lists(tmp_path):
+    def bad(seed, quick):
+        return {"a": {"x": float("nan")}}
+
+    register_study(Study(name="bad", description="", settings={}, run=bad))
+    with pytest.raises(ValueError, match="finite"):
+        run_study("bad", seeds=[0], out=tmp_path / "b.json", log=lambda _: None)
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_unknown_study_and_the_command_line(tmp_path, capsys):
+    with pytest.raises(KeyError, match="no study named 'nope'"):
+        get_study("nope")
+    assert "03_bert" in study_names()
+    assert course_main(["study", "list"]) == 0
+    assert "03_bert" in capsys.readouterr().out
+    assert course_main(["study", "run", "toy", "--seeds", "3", "--out", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["seeds"]["3"]["results"]["b"]["x"] == 6.0
+
+
+def test_chapter_3_study_runs_in_quick_mode(tmp_path):
+    """The whole study at toy size: every arm and metric the chapter reads is produced."""
+    out = run_study("03_bert", seeds=[0], quick=True, out=tmp_path / "q.json", log=lambda _: None)
+    quick = StudyResults(json.loads(out.read_text()))
+    stored = load_study("03_bert")
+    for arm in stored.arms():
+        assert set(quick.results[0][arm]) == set(stored.results[stored.seeds[0]][arm]), arm
+
+
+def test_chapter_3_results_are_current_and_hold_three_seeds():
+    r = load_study("03_bert")
+    assert r.seeds == [0, 1, 2]
+    assert not r.data["quick"]
