@@ -14,3 +14,19 @@ matplotlib.use("Agg")
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(scope="module")
+def docs():
+    """60 generated documents: the tiny corpus of the BERT recipe tests."""
+    from course_lib.data import generate_documents
+
+    return generate_documents(60, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tok(docs):
+    """A 300-token WordPiece tokenizer trained on ``docs`` (a test module may define its own)."""
+    from course_lib.recipes.bert import train_tokenizer
+
+    return train_tokenizer(docs, vocab_size=300)

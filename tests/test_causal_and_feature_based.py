@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_lib.analysis import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
-from course_lib.data import generate_documents, topic_pairs
+from course_lib.data import topic_pairs
 from course_lib.data.tokenizers import special_ids
 from course_lib.models.bert import BertLMHeadModel
 from course_lib.objectives import MaskedLMData, causal_lm_loss
@@ -24,20 +24,9 @@ from course_lib.recipes.bert import (
     pretraining_examples,
     segment_documents,
     tokenize_documents,
-    train_tokenizer,
 )
 
 TINY = dict(steps=30, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
-
-
-@pytest.fixture(scope="module")
-def docs():
-    return generate_documents(60, seed=3)
-
-
-@pytest.fixture(scope="module")
-def tok(docs):
-    return train_tokenizer(docs, vocab_size=300)
 
 
 @pytest.fixture(scope="module")

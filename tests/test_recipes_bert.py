@@ -11,7 +11,6 @@ import torch
 
 from course_lib.analysis import minimal_pair_preference
 from course_lib.cli import main as course_main
-from course_lib.data import generate_documents
 from course_lib.models.bert import (
     BertForMaskedLM,
     BertForPreTraining,
@@ -37,7 +36,6 @@ from course_lib.recipes.bert import (
     tagging_accuracy,
     tagging_inputs,
     tokenize_documents,
-    train_tokenizer,
     trim_padding,
     weights_fingerprint,
     word_order_pairs,
@@ -45,16 +43,6 @@ from course_lib.recipes.bert import (
 from course_lib.recipes.common import MODEL_CLASSES, register_model
 
 TINY = dict(steps=40, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
-
-
-@pytest.fixture(scope="module")
-def docs():
-    return generate_documents(60, seed=3)
-
-
-@pytest.fixture(scope="module")
-def tok(docs):
-    return train_tokenizer(docs, vocab_size=300)
 
 
 @pytest.fixture(scope="module")
