@@ -159,6 +159,17 @@ class BertConfig(HFConfig):
             )
         get_activation(self.hidden_act)
 
+    @property
+    def embedding_width(self) -> int:
+        """Width of the embedding tables and of the MLM head's output: ``hidden_size`` in BERT
+        (ALBERT factorises it: ``embedding_size``)."""
+        return self.hidden_size
+
+    @property
+    def classifier_dropout_rate(self) -> float:
+        """Dropout before a classifier: ``classifier_dropout``, else ``hidden_dropout_prob``."""
+        return self.hidden_dropout_prob if self.classifier_dropout is None else self.classifier_dropout
+
 
 def check_inputs(
     config: BertConfig,
@@ -208,10 +219,11 @@ class BertEmbeddings(nn.Module):
         super().__init__()
         c = config
         self.config = c
-        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.pad_token_id)
-        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
-        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
-        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        width = c.embedding_width  # hidden_size (BERT) or embedding_size (ALBERT)
+        self.word_embeddings = nn.Embedding(c.vocab_size, width, padding_idx=c.pad_token_id)
+        self.position_embeddings = nn.Embedding(c.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, width)
+        self.norm = nn.LayerNorm(width, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
     def max_length(self) -> int:
@@ -263,11 +275,23 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    """A stack of :class:`BertLayer`."""
+    """A stack of :class:`BertLayer`, run in the order of :meth:`layer_sequence`.
+
+    BERT runs each of its layers once; ALBERT's encoder (a subclass) projects the embeddings
+    to the hidden width first (:meth:`project_in`) and runs shared layers repeatedly.
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+
+    def layer_sequence(self) -> list[BertLayer]:
+        """The layers in the order they run (each once, in BERT)."""
+        return list(self.layers)
+
+    def project_in(self, x: Tensor) -> Tensor:
+        """The embeddings -> the first layer's input (nothing to do in BERT)."""
+        return x
 
     def forward(
         self,
@@ -280,9 +304,10 @@ class BertEncoder(nn.Module):
     ) -> tuple[Tensor, list[Tensor] | None, list[Tensor] | None]:
         """Returns ``(last, [inputs, after layer 1, ...] or None, [weights per layer] or None)``;
         ``causal``: no position attends to a later one."""
+        x = self.project_in(x)
         hidden = [x] if return_hidden else None
         weights = [] if return_weights else None
-        for layer in self.layers:
+        for layer in self.layer_sequence():
             x, w = layer(x, mask, return_weights=return_weights, causal=causal)
             if return_hidden:
                 hidden.append(x)
@@ -307,16 +332,18 @@ class BertMLMHead(nn.Module):
 
     ``decoder.weight`` is tied to the input embedding matrix by the model that owns both;
     ``bias`` is the head's own. ``activation`` is ``hidden_act`` for BERT and always the
-    exact GELU for RoBERTa.
+    exact GELU for RoBERTa. ``W_t`` maps ``hidden_size`` to the embedding width (the same
+    in BERT; ALBERT's ``embedding_size``), so the tied decoder fits the embedding table.
     """
 
     def __init__(self, config: BertConfig, *, activation: str | None = None):
         super().__init__()
         c = config
-        self.dense = nn.Linear(c.hidden_size, c.hidden_size)
+        width = c.embedding_width
+        self.dense = nn.Linear(c.hidden_size, width)
         self.activation = get_activation(activation or c.hidden_act)
-        self.norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.decoder = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        self.norm = nn.LayerNorm(width, eps=c.layer_norm_eps)
+        self.decoder = nn.Linear(width, c.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
 
     def forward(self, hidden: Tensor) -> Tensor:
@@ -363,6 +390,7 @@ class BertModel(HFBody, nn.Module):
 
     config_class = BertConfig
     embeddings_class = BertEmbeddings
+    encoder_class = BertEncoder
 
     def __init__(self, config: BertConfig, *, add_pooling_layer: bool = True):
         super().__init__()
@@ -370,7 +398,7 @@ class BertModel(HFBody, nn.Module):
             raise TypeError(f"expected a BertConfig, got {type(config).__name__}")
         self.config = config
         self.embeddings = self.embeddings_class(config)
-        self.encoder = BertEncoder(config)
+        self.encoder = self.encoder_class(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         _init_bert_weights(self, config.initializer_range)
 
@@ -648,14 +676,16 @@ class BertLMHeadModel(_WithMLMHead):
 
 
 class _BertClassifier(_BertWithHeads):
-    """Dropout (``classifier_dropout``, else ``hidden_dropout_prob``) and a linear layer to
-    ``num_labels``, named as in Hugging Face (``classifier``)."""
+    """Dropout (``config.classifier_dropout_rate``) and a linear layer to ``num_labels``, named
+    as in Hugging Face (``classifier``)."""
 
     hf_heads = HEADS_CLASSIFIER
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:
-        p = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
-        return {"dropout": nn.Dropout(p), "classifier": nn.Linear(config.hidden_size, config.num_labels)}
+        return {
+            "dropout": nn.Dropout(config.classifier_dropout_rate),
+            "classifier": nn.Linear(config.hidden_size, config.num_labels),
+        }
 
     @classmethod
     def from_pretrained_body(

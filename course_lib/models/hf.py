@@ -48,6 +48,10 @@ __all__ = [
     "HEADS_CLASSIFIER",
     "HEADS_ROBERTA_MLM",
     "HEADS_ROBERTA_CLASSIFIER",
+    "AlbertForPreTrainingOutput",
+    "albert_body_names",
+    "HEADS_ALBERT_MLM",
+    "HEADS_ALBERT_PRETRAINING",
 ]
 
 
@@ -66,6 +70,8 @@ class HFConfig:
 
     # RoBERTa-style position ids (set by RobertaConfig); not a field
     _roberta_positions: ClassVar[bool] = False
+    # the Hugging Face model family this config describes ("bert", "roberta", "albert")
+    _family: ClassVar[str] = "bert"
 
     @property
     def d_model(self) -> int:
@@ -133,14 +139,20 @@ class HFConfig:
         """
         d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
         model_type = d.get("model_type")
-        is_roberta = model_type is not None and "roberta" in model_type
-        if model_type is not None and is_roberta != cls._roberta_positions:
-            other = "RobertaConfig / Roberta*.from_hf" if is_roberta else "BertConfig / Bert*.from_hf"
-            raise ValueError(f"a {model_type!r} config numbers positions differently: use {other}")
+        if model_type is not None:
+            family = next((f for f in ("albert", "roberta") if f in model_type), "bert")
+            if family != cls._family:
+                use = {
+                    "bert": "BertConfig / Bert*",
+                    "roberta": "RobertaConfig / Roberta*",
+                    "albert": "AlbertConfig / Albert*",
+                }
+                raise ValueError(
+                    f"a {model_type!r} config describes a {family} model, not a {cls._family} one: "
+                    f"use {use[family]}.from_hf"
+                )
         if d.get("add_cross_attention"):
-            raise ValueError(
-                "course_lib's BERT has no cross-attention: add_cross_attention is not supported"
-            )
+            raise ValueError("course_lib's BERT has no cross-attention: add_cross_attention is not supported")
         pos = d.get("position_embedding_type", "absolute")
         if pos not in (None, "absolute"):
             raise ValueError(f"position_embedding_type={pos!r} is not supported (only 'absolute')")
@@ -217,6 +229,21 @@ class BertForPreTrainingOutput(ModelOutput):
 
 
 @dataclass
+class AlbertForPreTrainingOutput(ModelOutput):
+    loss: Tensor | None = None  # MLM + SOP (each when its labels are given)
+    prediction_logits: Tensor | None = None  # [batch, seq_len, vocab_size]
+    sop_logits: Tensor | None = None  # [batch, 2]: 0 = A, B in order, 1 = swapped
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    mlm_loss: Tensor | None = None
+    sop_loss: Tensor | None = None
+
+    @property
+    def mlm_logits(self) -> Tensor | None:
+        return self.prediction_logits
+
+
+@dataclass
 class MaskedLMOutput(ModelOutput):
     loss: Tensor | None = None
     logits: Tensor | None = None  # [batch, seq_len, vocab_size]
@@ -279,6 +306,43 @@ def bert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str
     return names
 
 
+def albert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
+    """:func:`bert_body_names` for ALBERT: the projection, Hugging Face's layer groups
+    (our distinct layer ``k`` is their group ``k // inner_group_num``, inner layer
+    ``k % inner_group_num``) and the bare ``pooler`` Linear. Only ``sharing="all"`` has
+    Hugging Face names (it is the only mode ``transformers`` has)."""
+    if config.sharing != "all":
+        raise ValueError(
+            f"sharing={config.sharing!r} has no Hugging Face counterpart (transformers shares whole "
+            "layers only, sharing='all' with groups)"
+        )
+    o, t = (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
+    names = {
+        f"{o}embeddings.word_embeddings.weight": f"{t}embeddings.word_embeddings.weight",
+        f"{o}embeddings.position_embeddings.weight": f"{t}embeddings.position_embeddings.weight",
+        f"{o}embeddings.token_type_embeddings.weight": f"{t}embeddings.token_type_embeddings.weight",
+        **linear_names(f"{o}embeddings.norm", f"{t}embeddings.LayerNorm"),
+        **linear_names(f"{o}encoder.embedding_hidden_mapping_in", f"{t}encoder.embedding_hidden_mapping_in"),
+    }
+    inner = config.inner_group_num
+    for k in range(config.num_hidden_groups * inner):
+        me, hf = (
+            f"{o}encoder.layers.{k}",
+            f"{t}encoder.albert_layer_groups.{k // inner}.albert_layers.{k % inner}",
+        )
+        names.update(linear_names(f"{me}.attention.w_q", f"{hf}.attention.query"))
+        names.update(linear_names(f"{me}.attention.w_k", f"{hf}.attention.key"))
+        names.update(linear_names(f"{me}.attention.w_v", f"{hf}.attention.value"))
+        names.update(linear_names(f"{me}.attention.w_o", f"{hf}.attention.dense"))
+        names.update(linear_names(f"{me}.attention_norm", f"{hf}.attention.LayerNorm"))
+        names.update(linear_names(f"{me}.ffn.linear1", f"{hf}.ffn"))
+        names.update(linear_names(f"{me}.ffn.linear2", f"{hf}.ffn_output"))
+        names.update(linear_names(f"{me}.ffn_norm", f"{hf}.full_layer_layer_norm"))
+    if pooler:
+        names.update(linear_names(f"{o}pooler.dense", f"{t}pooler"))
+    return names
+
+
 # Task heads: our module path -> Hugging Face's (a tied decoder maps to the word embeddings).
 HEADS_BERT_MLM = {
     "mlm_head.dense": "cls.predictions.transform.dense",
@@ -295,6 +359,13 @@ HEADS_ROBERTA_MLM = {
     "mlm_head.decoder": "lm_head.decoder",
 }
 HEADS_ROBERTA_CLASSIFIER = {"dense": "classifier.dense", "out_proj": "classifier.out_proj"}
+HEADS_ALBERT_MLM = {
+    "mlm_head.dense": "predictions.dense",
+    "mlm_head.norm": "predictions.LayerNorm",
+    "mlm_head.bias": "predictions.bias",
+    "mlm_head.decoder": "predictions.decoder",
+}
+HEADS_ALBERT_PRETRAINING = {**HEADS_ALBERT_MLM, "sop_head": "sop_classifier.classifier"}
 
 
 def head_names(model: nn.Module, heads: Mapping[str, str], body: Mapping[str, str]) -> dict[str, str]:
@@ -380,9 +451,14 @@ class HFBody:
 
     config_class: ClassVar[type]
 
+    @staticmethod
+    def body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
+        """The body's name map (:func:`bert_body_names`; ALBERT has its own)."""
+        return bert_body_names(config, ours, theirs, pooler=pooler)
+
     def hf_names(self, prefix: str = "") -> dict[str, str]:
         """Our parameter names -> the Hugging Face ``BertModel`` names (with ``prefix``, e.g. ``"bert"``)."""
-        return bert_body_names(self.config, "", prefix, pooler=self.pooler is not None)
+        return self.body_names(self.config, "", prefix, pooler=self.pooler is not None)
 
     @classmethod
     def from_hf_state_dict(
@@ -423,13 +499,16 @@ class HFWithHeads:
     """
 
     config_class: ClassVar[type]
+    model_class: ClassVar[type]
     base_attr: ClassVar[str]
     add_pooling_layer: ClassVar[bool]
     hf_heads: ClassVar[Mapping[str, str]] = {}
 
     def hf_names(self) -> dict[str, str]:
         """Our parameter names -> the Hugging Face names (body and heads)."""
-        body = bert_body_names(self.config, self.base_attr, self.base_attr, pooler=self.add_pooling_layer)
+        body = self.model_class.body_names(
+            self.config, self.base_attr, self.base_attr, pooler=self.add_pooling_layer
+        )
         return {**body, **head_names(self, self.hf_heads, body)}
 
     @classmethod

@@ -64,6 +64,7 @@ class RobertaConfig(BertConfig):
     bos_token_id: int = 0  # <s>, plays [CLS]'s role
     eos_token_id: int = 2  # </s>, plays [SEP]'s role
     _roberta_positions: ClassVar[bool] = True
+    _family: ClassVar[str] = "roberta"
 
     def __post_init__(self):
         super().__post_init__()
