@@ -3,6 +3,7 @@ the notebooks only display them."""
 
 from .attention import AttentionExplorer, apply_temperature, transformer_attention
 from .masking import MaskingDraw, MaskingWidget, TokenRow, bert_attention, bert_attention_explorer
+from .parameters import ParameterCounter, SizeReport, plot_breakdown, size_config
 
 __all__ = [
     "AttentionExplorer",
@@ -13,4 +14,8 @@ __all__ = [
     "TokenRow",
     "bert_attention",
     "bert_attention_explorer",
+    "ParameterCounter",
+    "SizeReport",
+    "plot_breakdown",
+    "size_config",
 ]
