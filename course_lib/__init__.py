@@ -34,6 +34,11 @@ _LAZY = {
     "RobertaModel": "course_lib.models.roberta",
     "RobertaForMaskedLM": "course_lib.models.roberta",
     "RobertaForSequenceClassification": "course_lib.models.roberta",
+    "AlbertConfig": "course_lib.models.albert",
+    "AlbertModel": "course_lib.models.albert",
+    "AlbertForPreTraining": "course_lib.models.albert",
+    "AlbertForMaskedLM": "course_lib.models.albert",
+    "AlbertForSequenceClassification": "course_lib.models.albert",
 }
 
 __all__ = [

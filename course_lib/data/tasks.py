@@ -191,48 +191,67 @@ def name_sentences(n: int, *, seed: int = 0) -> list[Sentence]:
     return out[:n]
 
 
-def _check_docs(documents) -> list[Document]:
+def _check_docs(documents, sentences_per_unit: int = 1) -> list[Document]:
     docs = list(documents)
-    if sum(len(d) >= 2 for d in docs) == 0:
-        raise ValueError("sentence pairs need at least one document with two or more sentences")
+    if sum(len(d) > sentences_per_unit for d in docs) == 0:
+        raise ValueError(
+            f"pairs of units of {sentences_per_unit} sentence(s) need at least one document with more than "
+            f"{sentences_per_unit} sentences"
+        )
     return docs
 
 
-def nsp_pairs(documents, *, seed: int = 0, random_prob: float = 0.5) -> list[tuple[str, str, int]]:
-    """Next-sentence prediction pairs ``(a, b, label)``: one per adjacent pair of sentences.
+def _units(doc: Document, sentences_per_unit: int) -> list[str]:
+    """The document's text in consecutive units of ``sentences_per_unit`` sentences (the
+    last unit may be shorter): single sentences, or the papers' multi-sentence segments."""
+    if sentences_per_unit < 1:
+        raise ValueError(f"sentences_per_unit must be at least 1, got {sentences_per_unit}")
+    sents = [x.text for x in doc.sentences]
+    return [" ".join(sents[i : i + sentences_per_unit]) for i in range(0, len(sents), sentences_per_unit)]
 
-    With probability ``random_prob`` b is replaced by a sentence of another document
-    (label 1, "random"); otherwise b is the real next sentence (label 0, "is next").
+
+def nsp_pairs(
+    documents, *, seed: int = 0, random_prob: float = 0.5, sentences_per_unit: int = 1
+) -> list[tuple[str, str, int]]:
+    """Next-sentence prediction pairs ``(a, b, label)``: one per adjacent pair of units
+    (single sentences, or segments of ``sentences_per_unit`` consecutive sentences).
+
+    With probability ``random_prob`` b is replaced by a unit of another document
+    (label 1, "random"); otherwise b is the real next unit (label 0, "is next").
     """
-    docs = _check_docs(documents)
+    docs = _check_docs(documents, sentences_per_unit)
     if len(docs) < 2:
         raise ValueError("next-sentence prediction needs at least two documents (for random sentences)")
+    units = [_units(d, sentences_per_unit) for d in docs]
     rng = random.Random(seed)
     out = []
-    for k, d in enumerate(docs):
-        for a, b in zip(d.sentences, d.sentences[1:]):
+    for k, us in enumerate(units):
+        for a, b in zip(us, us[1:]):
             if rng.random() < random_prob:
                 j = rng.randrange(len(docs) - 1)
                 j += j >= k
-                other = docs[j].sentences[rng.randrange(len(docs[j]))]
-                out.append((a.text, other.text, 1))
+                out.append((a, units[j][rng.randrange(len(units[j]))], 1))
             else:
-                out.append((a.text, b.text, 0))
+                out.append((a, b, 0))
     return out
 
 
-def sop_pairs(documents, *, seed: int = 0, p_swap: float = 0.5) -> list[tuple[str, str, int]]:
-    """Sentence-order prediction pairs ``(a, b, label)``: adjacent sentences, swapped with
-    probability ``p_swap`` (label 1) or in their order (label 0)."""
-    docs = _check_docs(documents)
+def sop_pairs(
+    documents, *, seed: int = 0, p_swap: float = 0.5, sentences_per_unit: int = 1
+) -> list[tuple[str, str, int]]:
+    """Sentence-order prediction pairs ``(a, b, label)``: adjacent units (sentences, or
+    segments of ``sentences_per_unit`` sentences), swapped with probability ``p_swap``
+    (label 1) or in their order (label 0)."""
+    docs = _check_docs(documents, sentences_per_unit)
     rng = random.Random(seed)
     out = []
     for d in docs:
-        for a, b in zip(d.sentences, d.sentences[1:]):
+        us = _units(d, sentences_per_unit)
+        for a, b in zip(us, us[1:]):
             if rng.random() < p_swap:
-                out.append((b.text, a.text, 1))
+                out.append((b, a, 1))
             else:
-                out.append((a.text, b.text, 0))
+                out.append((a, b, 0))
     return out
 
 
