@@ -1,15 +1,17 @@
 r"""The ``loss_fn``\ s that :func:`course_lib.train.fit` receives, one per pre-training objective.
 
-* :func:`pretraining_loss`: BERT's masked-LM loss, plus the sentence-pair loss (NSP) when
-  the model has that head and the batch its labels. The masked-LM formula itself,
-  :func:`~course_lib.models.bert.masked_lm_loss`, belongs to the model (its ``forward``
-  computes it when given ``labels``); this function feeds a batch in and reports metrics.
+* :func:`pretraining_loss`: BERT's masked-LM loss, plus the sentence-pair loss (BERT's NSP,
+  ALBERT's sentence order) when the model has that head and the batch its labels. The
+  masked-LM formula itself, :func:`~course_lib.models.bert.masked_lm_loss`, belongs to the
+  model (its ``forward`` computes it when given ``labels``); this function feeds a batch in
+  and reports metrics.
 * :func:`causal_lm_loss`: a left-to-right language model's next-token loss
   (``BertLMHeadModel``: BERT with causal attention, the masked LM's controlled baseline).
 * :func:`elmo_lm_loss`: ELMo's forward + backward language-model loss.
 
-A new objective (ALBERT's sentence order, distillation, XLNet's permutation LM) is one more
-function here with the same signature: ``loss_fn(model, batch) -> (loss, metrics)``.
+A new sentence-pair objective is one more entry of :data:`PAIR_LABELS` and
+:data:`PAIR_LOGITS`; a new objective of another kind (distillation, XLNet's permutation LM)
+is one more function here with the same signature: ``loss_fn(model, batch) -> (loss, metrics)``.
 """
 
 from __future__ import annotations
@@ -23,31 +25,49 @@ from ..models.bert import IGNORE_INDEX
 from ..models.elmo import ElmoLanguageModel
 from .pairs import trim_padding
 
-__all__ = ["PAIR_LABELS", "pretraining_loss", "causal_lm_loss", "elmo_lm_loss"]
+__all__ = ["PAIR_LABELS", "PAIR_LOGITS", "pair_fields", "pretraining_loss", "causal_lm_loss", "elmo_lm_loss"]
 
-# batch field holding the labels of each sentence-pair objective (a model's ``pair_objective``)
-PAIR_LABELS = {"nsp": "next_sentence_label"}
+# Each sentence-pair objective (a model's ``pair_objective``): the batch field holding its
+# labels (also the keyword of the model's ``forward``) and the output field holding its
+# [batch, 2] logits. The output's loss part is ``<objective>_loss`` (``nsp_loss``, ``sop_loss``).
+PAIR_LABELS = {"nsp": "next_sentence_label", "sop": "sentence_order_label"}
+PAIR_LOGITS = {"nsp": "seq_relationship_logits", "sop": "sop_logits"}
+
+
+def pair_fields(objective: str) -> tuple[str, str]:
+    """``(label field, logits field)`` of a sentence-pair objective (``"nsp"``, ``"sop"``);
+    ``ValueError`` naming the known objectives otherwise."""
+    if objective not in PAIR_LABELS:
+        raise ValueError(f"unknown sentence-pair objective {objective!r}; known: {sorted(PAIR_LABELS)}")
+    return PAIR_LABELS[objective], PAIR_LOGITS[objective]
 
 
 def pretraining_loss(
     model: nn.Module, batch: Mapping[str, Tensor], *, masked_only: bool = True
 ) -> tuple[Tensor, dict[str, float]]:
-    """``loss_fn`` for :func:`course_lib.train.fit`: MLM (+ NSP when the model and batch have it).
+    """``loss_fn`` for :func:`course_lib.train.fit`: MLM (+ the model's sentence-pair loss when
+    the batch has its labels).
 
-    Works with ``BertForPreTraining`` (MLM + NSP: its ``pair_objective`` is ``"nsp"``),
-    ``BertForMaskedLM`` and ``RobertaForMaskedLM`` (MLM only: any next-sentence labels in the
-    batch are ignored). Columns that are padding in every row are dropped first
-    (:func:`~course_lib.objectives.pairs.trim_padding`). Returns ``(loss, metrics)`` with the
-    loss parts and the accuracies on masked tokens and next-sentence labels. ``masked_only``
-    runs the vocabulary projection on masked positions only (same loss, less work).
+    The model's ``pair_objective`` names its pair head: ``"nsp"`` (``BertForPreTraining``,
+    labels ``next_sentence_label``), ``"sop"`` (ALBERT's sentence order, labels
+    ``sentence_order_label``) or ``None`` (``BertForMaskedLM``, ``RobertaForMaskedLM``: MLM
+    only). Pair labels of another objective than the model's are ignored, as are all of them
+    for an MLM-only model. Columns that are padding in every row are dropped first
+    (:func:`~course_lib.objectives.pairs.trim_padding`). Returns ``(loss, metrics)``:
+    ``mlm_accuracy`` (on masked tokens) and, with pair labels, ``mlm_loss``,
+    ``<objective>_loss`` and ``<objective>_accuracy`` (``nsp_loss``, ``sop_accuracy``, ...).
+    ``masked_only`` runs the vocabulary projection on masked positions only (same loss, less work).
     """
     batch = trim_padding(batch)
     kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
     labels = batch["labels"]
     pair = model.pair_objective
-    pair_label = batch.get(PAIR_LABELS[pair]) if pair is not None else None
-    if pair_label is not None:
-        kwargs[PAIR_LABELS[pair]] = pair_label
+    pair_label = None
+    if pair is not None:
+        label_field, logits_field = pair_fields(pair)
+        pair_label = batch.get(label_field)
+        if pair_label is not None:
+            kwargs[label_field] = pair_label
     out = model(batch["input_ids"], labels=labels, masked_only=masked_only, **kwargs)
     metrics: dict[str, float] = {}
     with torch.no_grad():
@@ -58,10 +78,9 @@ def pretraining_loss(
             metrics["mlm_accuracy"] = (predicted == labels[chosen]).float().mean().item()
         if pair_label is not None:
             metrics["mlm_loss"] = out.mlm_loss.item()
-            metrics["nsp_loss"] = out.nsp_loss.item()
-            metrics["nsp_accuracy"] = (
-                (out.seq_relationship_logits.argmax(-1) == pair_label.view(-1)).float().mean().item()
-            )
+            metrics[f"{pair}_loss"] = getattr(out, f"{pair}_loss").item()
+            predicted = getattr(out, logits_field).argmax(-1)
+            metrics[f"{pair}_accuracy"] = (predicted == pair_label.view(-1)).float().mean().item()
     return out.loss, metrics
 
 

@@ -1,10 +1,17 @@
-r"""Sentence pairs on token ids: next-sentence prediction, packing, batches.
+r"""Sentence pairs on token ids: next-sentence and sentence-order prediction, packing, batches.
 
 Everything works on token ids (lists of ``int`` or tensors), so any tokenizer fits.
 
 **Next-sentence pairs** (BERT). For each sentence A that has a successor in its document,
 B is the true next sentence with probability 1/2 (label 0) and otherwise a sentence drawn
 uniformly from a *different* document (label 1, Hugging Face's convention).
+
+**Sentence-order pairs** (ALBERT, Lan et al. 2020, §4.2). For each unit (a sentence, or a
+segment of consecutive sentences) that has a successor in its document, the pair is the
+unit and its successor, in their order with probability 1/2 (label 0) and swapped
+otherwise (label 1). Both members always come from the same document, so the topic
+cannot tell the classes apart, as it can for NSP's random B: only the order (coherence)
+can.
 
 **Packing.** ``[CLS] A [SEP] B [SEP]``, segment ids 0 for ``[CLS] A [SEP]`` and 1 for
 ``B [SEP]``, attention mask 1 on real tokens. If the pair is longer than ``max_len`` the
@@ -30,6 +37,8 @@ from .masking import as_generator
 __all__ = [
     "NSPPairs",
     "make_nsp_pairs",
+    "SOPPairs",
+    "make_sop_pairs",
     "truncate_pair_lengths",
     "pack_pairs",
     "pack_pair",
@@ -89,6 +98,54 @@ def make_nsp_pairs(
         a=[sentences[i] for i in a_idx.tolist()],
         b=[sentences[i] for i in b_idx.tolist()],
         label=is_random.long(),
+    )
+
+
+class SOPPairs(NamedTuple):
+    """Sentence pairs for sentence-order prediction (the same fields as :class:`NSPPairs`)."""
+
+    a: list[list[int]]  # first segments
+    b: list[list[int]]  # second segments
+    label: Tensor  # [n] long: 0 = A then B as in the document, 1 = swapped (B came first)
+
+
+def make_sop_pairs(
+    documents: Sequence[Sequence[Sequence[int]]], rng: Any = None, *, swap_prob: float = 0.5
+) -> SOPPairs:
+    """One pair per sentence that has a successor in its document: the sentence and its
+    successor, swapped with probability ``swap_prob`` (label 1) or kept in order (label 0).
+
+    ``documents``: a list of documents, each a list of sentences (or segments: any unit),
+    each a list of token ids. ``rng``: an int seed, a ``torch.Generator``, a
+    ``numpy.random.Generator`` or ``random.Random``. Empty sentences are dropped, so the
+    two members of a pair are consecutive among a document's non-empty sentences. Pairs
+    come in document order; one uniform draw per pair decides its swap. Needs a
+    document with at least two non-empty sentences.
+    """
+    if not 0.0 <= swap_prob <= 1.0:
+        raise ValueError(f"swap_prob must lie in [0, 1], got {swap_prob}")
+    g = as_generator(rng)
+    docs = [[list(s) for s in doc if len(s) > 0] for doc in documents]
+    docs = [d for d in docs if d]
+    sentences = [s for d in docs for s in d]
+    n_sent = torch.tensor([len(d) for d in docs], dtype=torch.long)
+    doc_of = torch.repeat_interleave(torch.arange(len(docs)), n_sent)
+    # sentence i is a first member when i + 1 is in the same document
+    idx = torch.arange(len(sentences))
+    successor = (idx + 1).clamp(max=max(len(sentences) - 1, 0))
+    first = idx[(idx + 1 < len(sentences)) & (doc_of[successor] == doc_of)]
+    if first.numel() == 0:
+        raise ValueError(
+            "sentence-order pairs need two consecutive non-empty sentences (or segments) of one document; "
+            f"none of the {len(docs)} non-empty documents has two"
+        )
+    swap = torch.rand(first.numel(), generator=g) < swap_prob
+    a_idx = torch.where(swap, first + 1, first)
+    b_idx = torch.where(swap, first, first + 1)
+    return SOPPairs(
+        a=[sentences[i] for i in a_idx.tolist()],
+        b=[sentences[i] for i in b_idx.tolist()],
+        label=swap.long(),
     )
 
 

@@ -5,18 +5,21 @@ corpus, on a CPU, inside :func:`~course_lib.checkpoints.train_or_load`), a reade
 and their own text (``course pretrain-bert --text 'books/*.txt' --device cuda --size
 base-like``), and the tests (a tiny model for a few steps).
 
-**Pretraining** (Devlin et al. 2019, §3.1). Documents become next-sentence pairs
-``[CLS] A [SEP] B [SEP]`` (B follows A with probability 1/2, else it is a sentence of another
-document), or, without NSP, RoBERTa's stream of full sentences cut into blocks
-(:mod:`course_lib.objectives.masking`). 15% of the tokens are chosen; 80% of those become ``[MASK]``, 10% a
-random token, 10% stay. The loss is
+**Pretraining** (Devlin et al. 2019, §3.1). Documents become sentence pairs
+``[CLS] A [SEP] B [SEP]`` for the model's pair task: next-sentence prediction (``"nsp"``,
+BERT: B follows A with probability 1/2, else it is a sentence of another document) or
+sentence-order prediction (``"sop"``, ALBERT: A and B are consecutive, swapped with
+probability 1/2); without a pair task (``None``) they become RoBERTa's stream of full
+sentences cut into blocks (:mod:`course_lib.objectives.masking`). 15% of the tokens are
+chosen; 80% of those become ``[MASK]``, 10% a random token, 10% stay. The loss is
 
 .. math::
 
     \mathcal{L} = -\frac{1}{|M|}\sum_{i \in M} \log p_\theta(x_i \mid \tilde x)
-    \;-\; \log p_\theta(\mathrm{IsNext} \mid \tilde x) \quad (\text{second term only with NSP}),
+    \;-\; \log p_\theta(y \mid \tilde x) \quad (\text{second term only with a pair task}),
 
-with :math:`M` the chosen positions and :math:`\tilde x` the corrupted input. Masks are drawn
+with :math:`M` the chosen positions, :math:`\tilde x` the corrupted input and :math:`y` the
+pair's label (IsNext / NotNext, or in order / swapped). Masks are drawn
 once (``masking="static"``, BERT) or afresh every epoch (``"dynamic"``, RoBERTa).
 
 **Fine-tuning** (§3.2). A classifier reads the pooled ``[CLS]`` vector,
@@ -28,10 +31,14 @@ seed, data and steps, so the difference is the pretraining alone.
 Command line::
 
     course pretrain-bert --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small|base-like]
+        [--pair-task nsp|sop|none] [--pair-unit sentence|segment] [--architecture CLASS]
 
 writes ``DIR/model.safetensors`` (+ ``model.json`` with the training history),
 ``DIR/config.json`` and ``DIR/tokenizer.json``; :func:`load_pretrained_bert` reads them back.
 Without ``--text`` (and without ``$COURSE_TEXT``) it trains on the generated corpus.
+``--architecture`` names any registered class (:func:`~course_lib.recipes.common.register_model`),
+e.g. ``AlbertForPreTraining`` once its module is imported; without ``--pair-task`` the
+class's own ``pair_objective`` is the pair task.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ from ..objectives import (
     IGNORE_INDEX,
     KEPT,
     MASKED,
+    PAIR_LABELS,
     RANDOM,
     MaskedLMData,
     MLMMasker,
@@ -84,8 +92,11 @@ from ..objectives import (
     pretraining_loss,
     trim_padding,
 )
+from ..objectives.losses import pair_fields
+from ..objectives.pairs import make_sop_pairs
 from ..train import History, fit, model_device
 from .common import (
+    MODEL_CLASSES,
     TrainingOptions,
     add_recipe_command,
     fingerprint,
@@ -231,36 +242,77 @@ def segment_documents(docs: Sequence[Sequence[Sequence[int]]], length: int) -> l
     return out
 
 
+class _Unset:
+    """The default of ``pair_task``: ``"nsp"``, unless ``nsp=False`` (or a ``model_class``) says otherwise."""
+
+    def __repr__(self) -> str:
+        return "<'nsp' unless nsp=False>"
+
+
+_UNSET: Any = _Unset()
+
+# the pairs of each sentence-pair task: (documents of units, rng) -> a, b, label
+_PAIR_MAKERS: dict[str, Callable[..., Any]] = {"nsp": make_nsp_pairs, "sop": make_sop_pairs}
+
+
+def _resolve_pair_task(pair_task: Any, nsp: bool | None) -> str | None:
+    """The sentence-pair task from ``pair_task`` and its older alias ``nsp`` (``True`` =
+    ``"nsp"``, ``False`` = ``None``); both given must agree (``nsp == (pair_task == "nsp")``)."""
+    if pair_task is _UNSET:
+        return "nsp" if nsp is None or nsp else None
+    if pair_task is not None and pair_task not in _PAIR_MAKERS:
+        raise ValueError(f"pair_task must be one of {sorted(_PAIR_MAKERS)} or None, got {pair_task!r}")
+    if nsp is not None and bool(nsp) != (pair_task == "nsp"):
+        raise ValueError(
+            f"nsp={nsp} contradicts pair_task={pair_task!r}: give only pair_task (nsp is its older alias: "
+            "nsp=True is pair_task='nsp', nsp=False is pair_task=None)"
+        )
+    return pair_task
+
+
 def pretraining_examples(
     documents: Sequence[Any],
     tokenizer,
     *,
     max_len: int = 128,
-    nsp: bool = True,
+    nsp: bool | None = None,
+    pair_task: str | None = _UNSET,
     nsp_unit: str = "sentence",
     seed: int = 0,
 ) -> dict[str, Tensor]:
     """Packed, unmasked pretraining inputs ``[n, width]``.
 
-    With ``nsp=True``: next-sentence pairs (``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0/1,
-    ``next_sentence_label`` 0 = is next, 1 = random); needs at least two documents. A and B
-    are single sentences (``nsp_unit="sentence"``: one pair per sentence with a successor) or,
-    as in the BERT paper, segments of consecutive sentences of up to half the length each
-    (``nsp_unit="segment"``, :func:`segment_documents`). With ``nsp=False``: RoBERTa's
-    full-sentence stream, documents separated by ``[SEP]``, cut into blocks of ``max_len`` tokens.
+    ``pair_task`` (default ``"nsp"``; ``nsp=True``/``False`` is the older spelling of
+    ``"nsp"``/``None``) chooses the rows:
+
+    * ``"nsp"``: next-sentence pairs (``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0/1,
+      ``next_sentence_label`` 0 = is next, 1 = random; :func:`~course_lib.objectives.pairs.make_nsp_pairs`);
+      needs at least two documents.
+    * ``"sop"``: sentence-order pairs (ALBERT): A and B are consecutive units of one
+      document, ``sentence_order_label`` 0 = in order, 1 = swapped
+      (:func:`~course_lib.objectives.pairs.make_sop_pairs`); needs a document with two units.
+    * ``None``: RoBERTa's full-sentence stream, documents separated by ``[SEP]``, cut into
+      blocks of ``max_len`` tokens (no pairs, no pair labels).
+
+    ``nsp_unit`` is the unit of a pair, for either pair task: single sentences
+    (``"sentence"``: one pair per sentence with a successor) or, as in the BERT and ALBERT
+    papers, segments of consecutive sentences of up to half the length each (``"segment"``,
+    :func:`segment_documents`). The label column's name is ``PAIR_LABELS[pair_task]``
+    (:data:`~course_lib.objectives.losses.PAIR_LABELS`). ``seed`` draws the pairs.
     """
+    pair_task = _resolve_pair_task(pair_task, nsp)
     if nsp_unit not in ("sentence", "segment"):
         raise ValueError(f"nsp_unit must be 'sentence' or 'segment', got {nsp_unit!r}")
     ids = special_ids(tokenizer)
     docs = tokenize_documents(documents, tokenizer)
-    if nsp and nsp_unit == "segment":
+    if pair_task is not None and nsp_unit == "segment":
         docs = segment_documents(docs, (max_len - 3) // 2)
-    if nsp:
-        pairs = make_nsp_pairs(docs, seed, random_prob=0.5)
+    if pair_task is not None:
+        pairs = _PAIR_MAKERS[pair_task](docs, seed)
         packed = pack_pairs(
             pairs.a, pairs.b, max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"]
         )
-        packed["next_sentence_label"] = pairs.label
+        packed[PAIR_LABELS[pair_task]] = pairs.label
         return packed
     stream = [[t for s in d for t in s] for d in docs]
     return pack_stream(
@@ -396,14 +448,15 @@ def evaluate_mlm(
     seed: int = 0,
     batch_size: int = 256,
 ) -> dict[str, float]:
-    """Masked-LM (and NSP) quality on held-out ``examples``, masked once with ``seed``.
+    """Masked-LM (and sentence-pair) quality on held-out ``examples``, masked once with ``seed``.
 
     Returns ``mlm_accuracy`` (top-1 over all chosen tokens), ``mlm_loss``, the accuracy
     split by what the input showed at the chosen position (``accuracy_masked``: ``[MASK]``,
     ``accuracy_random``: a random token, ``accuracy_kept``: the true token),
     ``accuracy_unchosen`` (ordinary tokens that were not chosen, where the loss never looks:
     how often the output reproduces the input, as a fine-tuning input would be read) and,
-    for a model with an NSP head and labelled examples, ``nsp_accuracy``.
+    for a model with a sentence-pair head (``pair_objective``) and examples with its labels,
+    the accuracy on them: ``nsp_accuracy`` (BERT) or ``sop_accuracy`` (ALBERT).
     """
     was_training = model.training
     model.eval()
@@ -419,8 +472,10 @@ def evaluate_mlm(
     if special is not None:
         visible &= ~special
     loss_sum, correct, count = 0.0, torch.zeros(4), torch.zeros(4)
-    nsp_correct, nsp_count = 0, 0
-    has_nsp = model.pair_objective == "nsp" and "next_sentence_label" in examples
+    pair_correct, pair_count = 0, 0
+    pair = getattr(model, "pair_objective", None)
+    label_field, logits_field = pair_fields(pair) if pair is not None else (None, None)
+    has_pair = label_field is not None and label_field in examples
     for i in range(0, n, batch_size):
         sl = slice(i, i + batch_size)
         batch = {
@@ -448,10 +503,10 @@ def evaluate_mlm(
         vis = batch["visible"]
         correct[0] += (logits[vis].argmax(-1) == batch["input_ids"][vis]).sum().cpu()
         count[0] += vis.sum().cpu()
-        if has_nsp:
-            label = examples["next_sentence_label"][sl].to(device)
-            nsp_correct += int((out.seq_relationship_logits.argmax(-1) == label).sum())
-            nsp_count += label.numel()
+        if has_pair:
+            label = examples[label_field][sl].to(device)
+            pair_correct += int((getattr(out, logits_field).argmax(-1) == label).sum())
+            pair_count += label.numel()
     model.train(was_training)
     total = count[1:].sum().clamp(min=1)
     result = {
@@ -462,8 +517,8 @@ def evaluate_mlm(
         "accuracy_kept": float(correct[KEPT] / count[KEPT].clamp(min=1)),
         "accuracy_unchosen": float(correct[0] / count[0].clamp(min=1)),
     }
-    if has_nsp:
-        result["nsp_accuracy"] = nsp_correct / max(nsp_count, 1)
+    if has_pair:
+        result[f"{pair}_accuracy"] = pair_correct / max(pair_count, 1)
     return result
 
 
@@ -480,9 +535,10 @@ def pretrain(
     desc: str = "pretraining",
     loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]] = pretraining_loss,
 ) -> History:
-    """Train a ``BertForPreTraining`` (MLM + NSP) or ``BertForMaskedLM`` (MLM only) on ``data``
-    with :func:`~course_lib.train.fit` (AdamW, warm-up, cosine decay, bf16 on a capable GPU);
-    ``loss_fn=causal_lm_loss`` trains a ``BertLMHeadModel`` on unmasked data instead."""
+    """Train a ``BertForPreTraining`` (MLM + NSP), an ``AlbertForPreTraining`` (MLM + SOP) or a
+    ``BertForMaskedLM`` (MLM only) on ``data`` with :func:`~course_lib.train.fit` (AdamW,
+    warm-up, cosine decay, bf16 on a capable GPU); ``loss_fn=causal_lm_loss`` trains a
+    ``BertLMHeadModel`` on unmasked data instead."""
     return fit(
         model,
         data,
@@ -528,7 +584,7 @@ def weights_fingerprint(model: nn.Module) -> str:
 class PretrainedBert(NamedTuple):
     """What :func:`pretrain_bert` returns (unpacks as ``model, tokenizer, history``)."""
 
-    model: nn.Module  # BertForPreTraining (nsp=True) or BertForMaskedLM, in eval mode
+    model: nn.Module  # BertForPreTraining (NSP), BertForMaskedLM (no pair task) or model_class; eval mode
     tokenizer: Any  # the tokenizers.Tokenizer the model reads
     history: History  # losses per step; evals["mlm_accuracy"] etc. on held-out documents
 
@@ -554,6 +610,22 @@ def split_documents(documents: Sequence[Any], heldout: Sequence[Any] | float | N
     return documents, list(heldout)
 
 
+def _pair_model_class(pair_task: str) -> type[nn.Module]:
+    """The one registered class whose ``pair_objective`` is ``pair_task`` (``ValueError`` when
+    there is none or more than one: then ``model_class`` must name it)."""
+    found = sorted(n for n, c in MODEL_CLASSES.items() if getattr(c, "pair_objective", None) == pair_task)
+    if len(found) != 1:
+        which = (
+            f"several are registered ({', '.join(found)})"
+            if found
+            else "none is registered (import its module first, e.g. course_lib.models.albert)"
+        )
+        raise ValueError(
+            f"pair_task={pair_task!r} needs a model_class whose pair_objective is {pair_task!r}, and {which}"
+        )
+    return MODEL_CLASSES[found[0]]
+
+
 def pretrain_bert(
     config: BertConfig | str = "small",
     documents: Sequence[Any] | None = None,
@@ -563,7 +635,8 @@ def pretrain_bert(
     lr: float | None = None,
     masking: str = "static",
     static_copies: int = 1,
-    nsp: bool = True,
+    nsp: bool | None = None,
+    pair_task: str | None = _UNSET,
     nsp_unit: str = "sentence",
     causal: bool = False,
     max_len: int = 128,
@@ -592,25 +665,36 @@ def pretrain_bert(
             (default :data:`DEFAULT_LR` of the size, 1e-3 for a custom config).
         masking, static_copies: ``"static"`` (BERT; ``static_copies`` masked copies cycle
             over the epochs) or ``"dynamic"`` (RoBERTa: a new mask every epoch).
-        nsp: next-sentence pairs and the NSP loss (``BertForPreTraining``); ``False``
-            trains ``BertForMaskedLM`` on full-sentence blocks (RoBERTa).
-        nsp_unit: NSP's A and B are single sentences (``"sentence"``) or segments of
-            consecutive sentences (``"segment"``, as in the paper; :func:`pretraining_examples`).
+        pair_task: the sentence-pair objective besides MLM, and the data it reads
+            (:func:`pretraining_examples`): ``"nsp"`` (next-sentence pairs and the NSP loss,
+            ``BertForPreTraining``), ``"sop"`` (ALBERT's sentence-order pairs and loss; the
+            model is ``model_class``, by default the one registered class whose
+            ``pair_objective`` is ``"sop"``) or ``None`` (``BertForMaskedLM`` on
+            full-sentence blocks, RoBERTa). Default: ``model_class``'s ``pair_objective``
+            when a ``model_class`` is given, else ``"nsp"``.
+        nsp: the older spelling of ``pair_task``: ``True`` is ``"nsp"``, ``False`` is
+            ``None``; given with ``pair_task``, the two must agree.
+        nsp_unit: the unit of a pair (for NSP and SOP alike): A and B are single sentences
+            (``"sentence"``) or segments of consecutive sentences (``"segment"``, as in the
+            BERT and ALBERT papers; :func:`pretraining_examples`).
         causal: train the same network as a left-to-right language model instead
             (``BertLMHeadModel``, causal attention, next-token loss, no masking) on the
-            full-sentence blocks; needs ``nsp=False``. Held-out ``lm_loss``/``lm_accuracy``.
+            full-sentence blocks; needs ``nsp=False`` (``pair_task=None``). Held-out
+            ``lm_loss``/``lm_accuracy``.
         tokenizer: a trained ``tokenizers.Tokenizer``; by default one of ``tokenizer_kind``
             (``"wordpiece"`` or ``"byte-bpe"``) with ``vocab_size`` tokens is trained on the
             training documents.
         heldout: documents for evaluation, or the fraction of ``documents`` to hold out
-            (every k-th one), or ``None``. Held-out MLM accuracy is logged every
-            ``eval_every`` steps and at the end (``history.evals``).
+            (every k-th one), or ``None``. Held-out MLM accuracy (and ``nsp_accuracy`` or
+            ``sop_accuracy``, :func:`evaluate_mlm`) is logged every ``eval_every`` steps and
+            at the end (``history.evals``).
         init: a model of the same architecture to start from (continued pretraining)
             instead of random weights; it is not modified.
         model_class: the registered model class to train (see
             :func:`~course_lib.recipes.common.register_model`); by default
-            ``BertForPreTraining`` with ``nsp`` and ``BertForMaskedLM`` without. Its
-            ``pair_objective`` must agree with ``nsp``.
+            ``BertForPreTraining`` with NSP, ``BertForMaskedLM`` without a pair task and
+            the registered class whose ``pair_objective`` is the pair task otherwise. Its
+            ``pair_objective`` must equal ``pair_task``.
         seed: seeds the pairs, the masks, the batch order and the initial weights.
         device: default :func:`~course_lib.device.get_device`.
         cache_name: train through :func:`~course_lib.checkpoints.train_or_load` under this
@@ -623,24 +707,36 @@ def pretrain_bert(
     require_positive(steps=steps, batch_size=batch_size)
     if max_len < 8:
         raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
-    if causal and nsp:
-        raise ValueError("causal=True trains a left-to-right LM on full-sentence blocks: pass nsp=False")
+    if pair_task is _UNSET and nsp is None and model_class is not None:
+        pair_task = getattr(model_class, "pair_objective", None)  # the model's own pair task
+    pair_task = _resolve_pair_task(pair_task, nsp)
+    if causal and pair_task is not None:
+        raise ValueError(
+            "causal=True trains a left-to-right LM on full-sentence blocks: pass nsp=False (pair_task=None)"
+        )
     if causal:
         masking = "none"
     elif masking not in ("static", "dynamic"):
         raise ValueError(f"masking must be 'static' or 'dynamic', got {masking!r}")
-    default_class = BertLMHeadModel if causal else BertForPreTraining if nsp else BertForMaskedLM
-    model_class = default_class if model_class is None else model_class
+    # the BERT classes of the recipe (None for a pair task that BERT has no head for)
+    default_class = (
+        BertLMHeadModel if causal else {"nsp": BertForPreTraining, None: BertForMaskedLM}.get(pair_task)
+    )
+    if model_class is None:
+        model_class = default_class or _pair_model_class(pair_task)
     if registered_class(model_class.__name__) is not model_class:
         raise ValueError(
             f"model_class {model_class!r} is not the class registered as {model_class.__name__!r}"
         )
-    if (model_class.pair_objective == "nsp") != nsp:
+    objective = getattr(model_class, "pair_objective", None)
+    if objective != pair_task:
         raise ValueError(
-            f"{model_class.__name__} has pair_objective={model_class.pair_objective!r}, but nsp={nsp}"
+            f"{model_class.__name__} has pair_objective={objective!r}, but the data's sentence-pair task is "
+            f"pair_task={pair_task!r}: pass pair_task={objective!r} or a model class whose pair_objective "
+            f"is {pair_task!r}"
         )
     train_docs, held_docs = split_documents(documents, heldout)
-    if nsp and sum(1 for d in train_docs if _sentence_texts(d)) < 2:
+    if pair_task == "nsp" and sum(1 for d in train_docs if _sentence_texts(d)) < 2:
         raise ValueError(
             "next-sentence prediction needs at least 2 training documents (random sentences come from "
             "another "
@@ -677,7 +773,7 @@ def pretrain_bert(
     if lr is None:
         lr = DEFAULT_LR.get(size or "", 1e-3)
 
-    pairs = dict(max_len=max_len, nsp=nsp, nsp_unit=nsp_unit)
+    pairs = dict(max_len=max_len, pair_task=pair_task, nsp_unit=nsp_unit)
     examples = pretraining_examples(train_docs, tokenizer, **pairs, seed=seed)
     if examples["input_ids"].size(0) < batch_size:
         raise ValueError(
@@ -735,7 +831,7 @@ def pretrain_bert(
             lr=lr,
             masking=masking,
             static_copies=static_copies,
-            nsp=nsp,
+            nsp=pair_task == "nsp",
             max_len=max_len,
             mlm_probability=mlm_probability,
             seed=seed,
@@ -747,6 +843,8 @@ def pretrain_bert(
         )
         if model_class is not default_class:  # (the default classes keep their old cache keys)
             key["architecture"] = model_class.__name__
+        if pair_task not in ("nsp", None):  # (NSP and MLM-only runs keep their old keys: nsp=True/False)
+            key["pair_task"] = pair_task
         if causal:
             key["causal"] = True
         if nsp_unit != "sentence":
@@ -1278,6 +1376,20 @@ def load_pretrained_bert(
 # ---------------------------------------------------------------------------------------
 
 
+def _pair_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """``pretrain_bert``'s ``model_class`` and ``pair_task`` from ``--architecture``,
+    ``--pair-task`` and ``--no-nsp`` (``pair_task`` only when one of the last two is given;
+    otherwise ``pretrain_bert`` takes the architecture's own pair task, or NSP)."""
+    out: dict[str, Any] = {}
+    if args.architecture is not None:
+        out["model_class"] = registered_class(args.architecture)
+    if args.no_nsp:
+        out["pair_task"] = None
+    elif args.pair_task is not None:
+        out["pair_task"] = None if args.pair_task == "none" else args.pair_task
+    return out
+
+
 def _cmd(args: argparse.Namespace) -> int:
     def train(documents: list, device: torch.device) -> PretrainedBert:
         return pretrain_bert(
@@ -1285,16 +1397,19 @@ def _cmd(args: argparse.Namespace) -> int:
             documents,
             masking=args.masking,
             static_copies=args.static_copies,
-            nsp=not args.no_nsp,
+            nsp_unit=args.pair_unit,
             tokenizer_kind=args.tokenizer,
             heldout=0.05,
             device=device,
+            **_pair_arguments(args),
             **training_arguments(args),
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
+        bert = type(model) in (BertForPreTraining, BertForMaskedLM)
         return (
-            f"pretrained a {args.size} BERT ({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
+            f"pretrained a {args.size} {'BERT' if bert else type(model).__name__} "
+            f"({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
             f"{tokenizer.get_vocab_size()}) "
             f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
             f"{history.loss[-1]:.3f}"
@@ -1325,7 +1440,33 @@ def _options(p: argparse.ArgumentParser) -> None:
         default=1,
         help="masked copies for static masking (BERT used 10)",
     )
-    p.add_argument("--no-nsp", action="store_true", help="masked LM only, on full-sentence blocks (RoBERTa)")
+    pair = p.add_mutually_exclusive_group()
+    pair.add_argument(
+        "--pair-task",
+        choices=["nsp", "sop", "none"],
+        default=None,
+        help="sentence-pair objective besides the masked LM: nsp (BERT's next sentence), sop (ALBERT's "
+        "sentence order; needs a registered SOP model) or none (masked LM only, on full-sentence blocks, "
+        "RoBERTa); default: the --architecture's own, else nsp",
+    )
+    pair.add_argument(
+        "--no-nsp", action="store_true", help="masked LM only, on full-sentence blocks (= --pair-task none)"
+    )
+    p.add_argument(
+        "--pair-unit",
+        choices=["sentence", "segment"],
+        default="sentence",
+        help="A and B of a pair are single sentences (default) or segments of consecutive sentences "
+        "up to half of --max-len each (as in the BERT and ALBERT papers)",
+    )
+    p.add_argument(
+        "--architecture",
+        default=None,
+        metavar="CLASS",
+        help="registered model class to train, e.g. BertForPreTraining, BertForMaskedLM, "
+        "AlbertForPreTraining (default: BertForPreTraining with nsp, BertForMaskedLM with none, the "
+        "registered SOP model with sop)",
+    )
     p.add_argument(
         "--n-docs", type=positive(int), default=2000, help="generated documents when no --text is given"
     )
@@ -1336,7 +1477,8 @@ def register(sub) -> None:
     add_recipe_command(
         sub,
         "pretrain-bert",
-        help="pretrain a BERT (MLM + NSP) on your text or the generated corpus",
+        help="pretrain a BERT (MLM + NSP) or another BERT-family model (e.g. MLM + SOP) on your text "
+        "or the generated corpus",
         description="Pretrain a BERT from scratch with the course's recipe (course_lib.recipes.bert) "
         "and save "
         "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
