@@ -200,18 +200,23 @@ def test_pretraining_loss_adds_the_sop_loss_of_a_sop_model(docs, tok):
     assert metrics["sop_accuracy"] == pytest.approx(
         (out.sop_logits.argmax(-1) == label).float().mean().item()
     )
-    # labels of another pair task are ignored: MLM only
+    # the same head trained on another task's labels: the metrics are named after the data's task
     nsp_batch = {k: v for k, v in batch.items() if k != "sentence_order_label"}
     nsp_batch["next_sentence_label"] = label
     loss2, metrics2 = pretraining_loss(model, nsp_batch)
-    assert set(metrics2) == {"mlm_accuracy"} and loss2.item() == pytest.approx(metrics["mlm_loss"], rel=1e-5)
+    assert set(metrics2) == {"mlm_accuracy", "mlm_loss", "nsp_loss", "nsp_accuracy"}
+    assert loss2.item() == pytest.approx(loss.item(), rel=1e-5)
+    assert metrics2["nsp_accuracy"] == pytest.approx(metrics["sop_accuracy"])
     bert = BertForPreTraining(
         BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=64)
     )
-    assert (
-        "sop_loss" not in pretraining_loss(bert, batch)[1]
-        and "nsp_loss" not in pretraining_loss(bert, batch)[1]
-    )
+    bert_metrics = pretraining_loss(bert, batch)[1]  # BERT's NSP head on SOP labels
+    assert {"sop_loss", "sop_accuracy"} <= set(bert_metrics) and "nsp_loss" not in bert_metrics
+    both = {**batch, "next_sentence_label": label}
+    with pytest.raises(ValueError, match="one sentence-pair task"):
+        pretraining_loss(model, both)
+    mlm_only = AlbertForMaskedLM(tiny_albert_config(tok.get_vocab_size()))
+    assert set(pretraining_loss(mlm_only, batch)[1]) == {"mlm_accuracy"}
     assert pair_fields("sop") == ("sentence_order_label", "sop_logits") and set(PAIR_LOGITS) == set(
         PAIR_LABELS
     )
@@ -233,12 +238,16 @@ def test_evaluate_mlm_reports_sop_accuracy(docs, tok):
         out = model(inputs, attention_mask=ex["attention_mask"], token_type_ids=ex["token_type_ids"])
     expected = (out.sop_logits.argmax(-1) == ex["sentence_order_label"]).float().mean().item()
     assert got["sop_accuracy"] == pytest.approx(expected)
-    # an NSP model on SOP examples (no next-sentence labels): no pair accuracy at all
+    # an NSP model on SOP examples: its head is scored on the examples' task
     bert = BertForPreTraining(
         BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=64)
-    )
-    result = evaluate_mlm(bert, ex, masker)
-    assert "nsp_accuracy" not in result and "sop_accuracy" not in result
+    ).eval()
+    result = evaluate_mlm(bert, ex, masker, seed=4)
+    assert "nsp_accuracy" not in result
+    with torch.no_grad():
+        out = bert(inputs, attention_mask=ex["attention_mask"], token_type_ids=ex["token_type_ids"])
+    expected = (out.seq_relationship_logits.argmax(-1) == ex["sentence_order_label"]).float().mean().item()
+    assert result["sop_accuracy"] == pytest.approx(expected)
 
 
 # --- the recipe end to end --------------------------------------------------------------------
@@ -335,10 +344,9 @@ def test_cache_keys_name_sop_and_keep_the_old_keys_for_nsp_and_mlm(docs, tok, mo
 
 def test_pretrain_bert_rejects_a_pair_task_the_model_has_no_head_for(docs, tok):
     short = dict(TINY, steps=1, tokenizer=tok, heldout=None)
-    with pytest.raises(ValueError, match="BertForPreTraining has pair_objective='nsp'.*pair_task='sop'"):
-        pretrain_bert("tiny", docs, pair_task="sop", model_class=BertForPreTraining, **short)
-    with pytest.raises(ValueError, match="AlbertForPreTraining has pair_objective='sop'.*pair_task='nsp'"):
-        pretrain_bert(tiny_albert_config(), docs, nsp=True, model_class=AlbertForPreTraining, **short)
+    # a pair head trains on either pair task (the ALBERT paper's NSP-trained ALBERT)
+    _, _, h = pretrain_bert(tiny_albert_config(), docs, nsp=True, model_class=AlbertForPreTraining, **short)
+    assert "nsp_accuracy" in h.metrics
     with pytest.raises(ValueError, match="AlbertForPreTraining has pair_objective='sop'.*pair_task=None"):
         pretrain_bert(tiny_albert_config(), docs, pair_task=None, model_class=AlbertForPreTraining, **short)
     with pytest.raises(ValueError, match="AlbertForMaskedLM has pair_objective=None.*pair_task='sop'"):
@@ -438,8 +446,8 @@ def test_cli_pair_task_none_keeps_no_nsp_and_reports_mismatches(tmp_path, capsys
     capsys.readouterr()
     bad = tmp_path / "bad"
     base = ["pretrain-bert", "--out", str(bad), "--n-docs", "40", *CLI_TINY]
-    assert course_main([*base, "--pair-task", "sop", "--architecture", "BertForPreTraining"]) == 2
-    assert "pair_objective='nsp'" in capsys.readouterr().err
+    assert course_main([*base, "--pair-task", "sop", "--architecture", "BertForMaskedLM"]) == 2
+    assert "pair_objective=None" in capsys.readouterr().err
     assert course_main([*base, "--architecture", "NoSuchModel"]) == 2
     assert "unknown architecture 'NoSuchModel'" in capsys.readouterr().err
     assert not bad.exists()

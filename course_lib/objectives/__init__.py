@@ -2,18 +2,29 @@
 
 * :mod:`.masking`: which tokens a masked LM must fill in (BERT's 80/10/10), static or
   dynamic masking of a whole data set;
-* :mod:`.pairs`: sentence pairs on token ids (next-sentence prediction), packing, batches;
+* :mod:`.pairs`: sentence pairs on token ids (next-sentence and sentence-order prediction),
+  packing, batches;
 * :mod:`.losses`: the ``loss_fn`` of each objective for :func:`course_lib.train.fit`.
 
 This layer sits above the models (it calls them) and the data (it reads token ids).
 """
 
-from .losses import PAIR_LABELS, causal_lm_loss, elmo_lm_loss, pretraining_loss
+from .losses import (
+    PAIR_LABELS,
+    PAIR_LOGITS,
+    causal_lm_loss,
+    data_pair_task,
+    elmo_lm_loss,
+    pair_fields,
+    pretraining_loss,
+)
 from .masking import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker, as_generator, mask_tokens
 from .pairs import (
     NSPPairs,
+    SOPPairs,
     collate,
     make_nsp_pairs,
+    make_sop_pairs,
     pack_pair,
     pack_pairs,
     pack_stream,
@@ -29,7 +40,12 @@ __all__ = [
     "MLMMasker",
     "MaskedLMData",
     "NSPPairs",
+    "SOPPairs",
     "PAIR_LABELS",
+    "PAIR_LOGITS",
+    "data_pair_task",
+    "pair_fields",
+    "make_sop_pairs",
     "as_generator",
     "collate",
     "elmo_lm_loss",

@@ -25,7 +25,15 @@ from ..models.bert import IGNORE_INDEX
 from ..models.elmo import ElmoLanguageModel
 from .pairs import trim_padding
 
-__all__ = ["PAIR_LABELS", "PAIR_LOGITS", "pair_fields", "pretraining_loss", "causal_lm_loss", "elmo_lm_loss"]
+__all__ = [
+    "PAIR_LABELS",
+    "PAIR_LOGITS",
+    "pair_fields",
+    "data_pair_task",
+    "pretraining_loss",
+    "causal_lm_loss",
+    "elmo_lm_loss",
+]
 
 # Each sentence-pair objective (a model's ``pair_objective``): the batch field holding its
 # labels (also the keyword of the model's ``forward``) and the output field holding its
@@ -42,6 +50,20 @@ def pair_fields(objective: str) -> tuple[str, str]:
     return PAIR_LABELS[objective], PAIR_LOGITS[objective]
 
 
+def data_pair_task(batch: Mapping[str, Tensor]) -> str | None:
+    """The sentence-pair task whose labels ``batch`` holds (``"nsp"``, ``"sop"``) or None.
+
+    A model's pair head (its ``pair_objective``) is one linear map of the pooled [CLS] vector
+    to two classes, whatever the task: it is trained and scored on the task of the data it is
+    given (BERT's head on SOP pairs, ALBERT's on NSP pairs: the ALBERT paper's Table 5), its
+    labels passed under the head's own keyword, its metrics named after the data's task.
+    """
+    found = [task for task, field in PAIR_LABELS.items() if field in batch]
+    if len(found) > 1:
+        raise ValueError(f"a batch holds the labels of one sentence-pair task, got {found}")
+    return found[0] if found else None
+
+
 def pretraining_loss(
     model: nn.Module, batch: Mapping[str, Tensor], *, masked_only: bool = True
 ) -> tuple[Tensor, dict[str, float]]:
@@ -49,25 +71,26 @@ def pretraining_loss(
     the batch has its labels).
 
     The model's ``pair_objective`` names its pair head: ``"nsp"`` (``BertForPreTraining``,
-    labels ``next_sentence_label``), ``"sop"`` (ALBERT's sentence order, labels
-    ``sentence_order_label``) or ``None`` (``BertForMaskedLM``, ``RobertaForMaskedLM``: MLM
-    only). Pair labels of another objective than the model's are ignored, as are all of them
-    for an MLM-only model. Columns that are padding in every row are dropped first
+    keyword ``next_sentence_label``), ``"sop"`` (ALBERT, ``sentence_order_label``) or ``None``
+    (``BertForMaskedLM``, ``RobertaForMaskedLM``: MLM only, pair labels are ignored). A head
+    is trained on whichever pair task's labels the batch holds (:func:`data_pair_task`).
+    Columns that are padding in every row are dropped first
     (:func:`~course_lib.objectives.pairs.trim_padding`). Returns ``(loss, metrics)``:
     ``mlm_accuracy`` (on masked tokens) and, with pair labels, ``mlm_loss``,
-    ``<objective>_loss`` and ``<objective>_accuracy`` (``nsp_loss``, ``sop_accuracy``, ...).
-    ``masked_only`` runs the vocabulary projection on masked positions only (same loss, less work).
+    ``<task>_loss`` and ``<task>_accuracy`` named after the data's task (``nsp_loss``,
+    ``sop_accuracy``, ...). ``masked_only`` runs the vocabulary projection on masked
+    positions only (same loss, less work).
     """
     batch = trim_padding(batch)
     kwargs = {k: batch[k] for k in ("attention_mask", "token_type_ids") if k in batch}
     labels = batch["labels"]
-    pair = model.pair_objective
+    head = model.pair_objective
+    task = data_pair_task(batch) if head is not None else None
     pair_label = None
-    if pair is not None:
-        label_field, logits_field = pair_fields(pair)
-        pair_label = batch.get(label_field)
-        if pair_label is not None:
-            kwargs[label_field] = pair_label
+    if task is not None:
+        label_field, logits_field = pair_fields(head)
+        pair_label = batch[PAIR_LABELS[task]]
+        kwargs[label_field] = pair_label
     out = model(batch["input_ids"], labels=labels, masked_only=masked_only, **kwargs)
     metrics: dict[str, float] = {}
     with torch.no_grad():
@@ -78,9 +101,9 @@ def pretraining_loss(
             metrics["mlm_accuracy"] = (predicted == labels[chosen]).float().mean().item()
         if pair_label is not None:
             metrics["mlm_loss"] = out.mlm_loss.item()
-            metrics[f"{pair}_loss"] = getattr(out, f"{pair}_loss").item()
+            metrics[f"{task}_loss"] = getattr(out, f"{head}_loss").item()
             predicted = getattr(out, logits_field).argmax(-1)
-            metrics[f"{pair}_accuracy"] = (predicted == pair_label.view(-1)).float().mean().item()
+            metrics[f"{task}_accuracy"] = (predicted == pair_label.view(-1)).float().mean().item()
     return out.loss, metrics
 
 

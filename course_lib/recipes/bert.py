@@ -66,6 +66,12 @@ from ..data import (
     train_wordpiece,
 )
 from ..device import get_device, seed_everything
+from ..models.albert import (
+    AlbertConfig,
+    AlbertForMaskedLM,
+    AlbertForPreTraining,
+    AlbertForSequenceClassification,
+)
 from ..models.bert import (
     BertConfig,
     BertForMaskedLM,
@@ -86,14 +92,15 @@ from ..objectives import (
     MaskedLMData,
     MLMMasker,
     causal_lm_loss,
+    data_pair_task,
     make_nsp_pairs,
+    make_sop_pairs,
     pack_pairs,
     pack_stream,
+    pair_fields,
     pretraining_loss,
     trim_padding,
 )
-from ..objectives.losses import pair_fields
-from ..objectives.pairs import make_sop_pairs
 from ..train import History, fit, model_device
 from .common import (
     MODEL_CLASSES,
@@ -113,7 +120,15 @@ from .common import (
 )
 
 # the BERT-family classes the recipes build, save and load (a new family registers its own)
-for _cls in (BertForPreTraining, BertForMaskedLM, BertLMHeadModel, RobertaForMaskedLM):
+_FAMILY = (
+    BertForPreTraining,
+    BertForMaskedLM,
+    BertLMHeadModel,
+    RobertaForMaskedLM,
+    AlbertForPreTraining,
+    AlbertForMaskedLM,
+)
+for _cls in _FAMILY:
     register_model(_cls)
 
 __all__ = [
@@ -455,8 +470,9 @@ def evaluate_mlm(
     ``accuracy_random``: a random token, ``accuracy_kept``: the true token),
     ``accuracy_unchosen`` (ordinary tokens that were not chosen, where the loss never looks:
     how often the output reproduces the input, as a fine-tuning input would be read) and,
-    for a model with a sentence-pair head (``pair_objective``) and examples with its labels,
-    the accuracy on them: ``nsp_accuracy`` (BERT) or ``sop_accuracy`` (ALBERT).
+    for a model with a sentence-pair head (``pair_objective``) and examples with pair labels,
+    the head's accuracy on them, named after the examples' task: ``nsp_accuracy`` or
+    ``sop_accuracy`` (either head on either task, as in the ALBERT paper's Table 5).
     """
     was_training = model.training
     model.eval()
@@ -473,9 +489,10 @@ def evaluate_mlm(
         visible &= ~special
     loss_sum, correct, count = 0.0, torch.zeros(4), torch.zeros(4)
     pair_correct, pair_count = 0, 0
-    pair = getattr(model, "pair_objective", None)
-    label_field, logits_field = pair_fields(pair) if pair is not None else (None, None)
-    has_pair = label_field is not None and label_field in examples
+    head = getattr(model, "pair_objective", None)
+    task = data_pair_task(examples) if head is not None else None  # the head, scored on the data's task
+    has_pair = task is not None
+    label_field, logits_field = (PAIR_LABELS[task], pair_fields(head)[1]) if has_pair else (None, None)
     for i in range(0, n, batch_size):
         sl = slice(i, i + batch_size)
         batch = {
@@ -518,7 +535,7 @@ def evaluate_mlm(
         "accuracy_unchosen": float(correct[0] / count[0].clamp(min=1)),
     }
     if has_pair:
-        result[f"{pair}_accuracy"] = pair_correct / max(pair_count, 1)
+        result[f"{task}_accuracy"] = pair_correct / max(pair_count, 1)
     return result
 
 
@@ -729,7 +746,7 @@ def pretrain_bert(
             f"model_class {model_class!r} is not the class registered as {model_class.__name__!r}"
         )
     objective = getattr(model_class, "pair_objective", None)
-    if objective != pair_task:
+    if (objective is None) != (pair_task is None):  # a pair head trains on either pair task
         raise ValueError(
             f"{model_class.__name__} has pair_objective={objective!r}, but the data's sentence-pair task is "
             f"pair_task={pair_task!r}: pass pair_task={objective!r} or a model class whose pair_objective "
@@ -1167,7 +1184,13 @@ def finetune_classifier(
         train=_digest([texts, labels.tolist()] + ([seconds] if seconds is not None else [])),
         eval=_digest([[list(t) if isinstance(t, (tuple, list)) else t, y] for t, y in eval_items or []]),
     )
-    task = _Task(BertForSequenceClassification, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    start_config = start if isinstance(start, BertConfig) else body_of(start).config
+    classifier = (
+        AlbertForSequenceClassification
+        if isinstance(start_config, AlbertConfig)
+        else BertForSequenceClassification
+    )
+    task = _Task(classifier, inputs, loss_fn, eval_fn if eval_items else None, spec)
     options = locals()
     return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})
 

@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 _STUDIES: dict[str, Study] = {}
-_MODULES = ("course_lib.studies.bert", "course_lib.studies.elmo")
+_MODULES = ("course_lib.studies.bert", "course_lib.studies.elmo", "course_lib.studies.albert")
 
 
 @dataclass(frozen=True)

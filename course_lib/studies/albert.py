@@ -1,0 +1,176 @@
+"""Study ``04_albert``: chapter 4's pretrainings over three seeds.
+
+For each seed, on the chapter's text and tokenizer, six pretrainings of a 4-layer model
+(hidden 128) with the same budget (steps, batch, dynamic masking, inputs of 64 tokens):
+
+* **architecture** (all with MLM + SOP on segment pairs): ALBERT (all layers shared,
+  E = 32), no sharing (E = 32), no factorisation (shared, E = H = 128) and neither
+  (E = H, not shared: BERT's shape in ALBERT's code);
+* **objectives** (on ALBERT's shape): MLM + NSP, MLM + SOP (the ALBERT arm above) and MLM
+  alone on full-sentence blocks (RoBERTa's input, the same tokens per step).
+
+Each model is scored on held-out documents: masked-token accuracy and loss (on segment
+pairs, and on blocks), and its sentence-pair head on *both* tasks, NSP pairs and SOP pairs
+(the paper's Table 5 design). Then each objective's encoder, and a random one, is fine-tuned
+with a fresh classifier on 400 labelled pairs of two tasks on held-out documents ("is B in
+its original order after A?" and "does B continue A?"): does what [CLS] learned in
+pretraining transfer?
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..data import load_documents
+from ..data.tasks import nsp_pairs, sop_pairs
+from ..device import get_device
+from ..models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
+from ..models.sizes import parameter_breakdown
+from ..recipes.bert import (
+    evaluate_mlm,
+    finetune_classifier,
+    make_masker,
+    pretrain_bert,
+    pretraining_examples,
+    split_documents,
+    train_tokenizer,
+)
+from . import Study, register_study
+
+# (the MLM-only arm is an AlbertForMaskedLM: no pooler and no pair head to leave untrained)
+
+SETTINGS: dict[str, Any] = dict(
+    documents=dict(n_docs=2100, seed=0, heldout=0.05),
+    tokenizer=dict(kind="wordpiece", vocab_size=4000),
+    model=dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
+    pretrain=dict(steps=600, batch_size=64, lr=2e-3, max_len=64, masking="dynamic", nsp_unit="segment"),
+    arms={
+        "albert": dict(sharing="all", embedding_size=32, pair_task="sop"),
+        "not_shared": dict(sharing="none", embedding_size=32, pair_task="sop"),
+        "e_equals_h": dict(sharing="all", embedding_size=128, pair_task="sop"),
+        "bert_shape": dict(sharing="none", embedding_size=128, pair_task="sop"),
+        "albert_nsp": dict(sharing="all", embedding_size=32, pair_task="nsp"),
+        "albert_mlm_only": dict(sharing="all", embedding_size=32, pair_task=None),
+    },
+    transfer=dict(
+        train=400,
+        sentences_per_unit=3,
+        steps=150,
+        batch_size=32,
+        lr=1e-3,
+        starts=("albert", "albert_nsp", "albert_mlm_only"),
+    ),
+    timing=dict(batches=5, batch_size=64),
+)
+QUICK: dict[str, Any] = dict(
+    SETTINGS,
+    documents=dict(n_docs=200, seed=0, heldout=0.2),
+    tokenizer=dict(kind="wordpiece", vocab_size=300),
+    model=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
+    transfer=dict(SETTINGS["transfer"], train=16, steps=2, batch_size=4),
+    timing=dict(batches=1, batch_size=4),
+)
+
+
+@torch.no_grad()
+def _forward_seconds(
+    model: torch.nn.Module, examples: dict[str, torch.Tensor], batches: int, batch_size: int
+) -> float:
+    """Mean wall time of one forward pass (eval mode) over ``batch_size`` held-out rows."""
+    model.eval()
+    device = next(model.parameters()).device
+    x = {k: examples[k][:batch_size].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    model(**x)  # warm-up
+    start = time.perf_counter()
+    for _ in range(batches):
+        model(**x)
+    return (time.perf_counter() - start) / batches
+
+
+def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
+    s = QUICK if quick else SETTINGS
+    device = get_device()
+    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
+    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
+    masker = make_masker(tokenizer)
+    p = dict(s["pretrain"])
+    max_len, unit = p["max_len"], p["nsp_unit"]
+    held = {
+        task: pretraining_examples(
+            held_docs, tokenizer, max_len=max_len, pair_task=task, nsp_unit=unit, seed=seed + 1
+        )
+        for task in ("nsp", "sop", None)
+    }
+    out: dict[str, dict[str, Any]] = {}
+    models = {}
+    for name, arm in s["arms"].items():
+        config = AlbertConfig(
+            vocab_size=tokenizer.get_vocab_size(),
+            max_position_embeddings=max_len,
+            embedding_size=arm["embedding_size"],
+            sharing=arm["sharing"],
+            **s["model"],
+        )
+        model, _, history = pretrain_bert(
+            config,
+            train_docs,
+            tokenizer=tokenizer,
+            heldout=held_docs,
+            model_class=AlbertForPreTraining if arm["pair_task"] else AlbertForMaskedLM,
+            pair_task=arm["pair_task"],
+            device=device,
+            seed=seed,
+            progress=False,
+            **p,
+        )
+        models[name] = model
+        r: dict[str, Any] = {"parameters": model.num_parameters(), "train_seconds": history.seconds}
+        r["embedding_parameters"] = parameter_breakdown(config)["embeddings"]
+        for task, key in (("sop", "pairs"), (None, "blocks")):
+            e = evaluate_mlm(model, held[task], masker, seed=seed)
+            r[f"mlm_accuracy_{key}"], r[f"mlm_loss_{key}"] = e["mlm_accuracy"], e["mlm_loss"]
+        if arm["pair_task"] is not None:  # the pair head on both tasks
+            r["nsp_accuracy"] = evaluate_mlm(model, held["nsp"], masker, seed=seed)["nsp_accuracy"]
+            r["sop_accuracy"] = evaluate_mlm(model, held["sop"], masker, seed=seed)["sop_accuracy"]
+        r["forward_seconds"] = _forward_seconds(model, held["sop"], **s["timing"])
+        out[name] = r
+
+    # does [CLS] transfer? fine-tune each objective's encoder (and a random one) on two pair tasks
+    t = s["transfer"]
+    for task, make in (("sop", sop_pairs), ("nsp", nsp_pairs)):
+        items = [
+            ((a, b), y) for a, b, y in make(held_docs, seed=seed, sentences_per_unit=t["sentences_per_unit"])
+        ]
+        train_items, test_items = items[: t["train"]], items[t["train"] :]
+        starts: dict[str, Any] = {name: models[name] for name in t["starts"]}
+        starts["random"] = models["albert"].config
+        for name, start in starts.items():
+            _, h = finetune_classifier(
+                start,
+                tokenizer,
+                train_items,
+                eval_items=test_items,
+                steps=t["steps"],
+                batch_size=t["batch_size"],
+                lr=t["lr"],
+                seed=seed,
+                device=device,
+                progress=False,
+            )
+            out.setdefault(f"transfer_{task}", {})[name] = h.evals["accuracy"][-1]
+    return out
+
+
+register_study(
+    Study(
+        name="04_albert",
+        description="ALBERT: factorisation, sharing, SOP vs NSP vs MLM alone (6 pretrainings per seed)",
+        settings={"full": SETTINGS, "quick": QUICK},
+        run=run,
+    )
+)
