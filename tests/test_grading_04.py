@@ -1,0 +1,480 @@
+"""Chapter 4's graded exercises (ALBERT): the solution notebook's format, its release,
+agreement of the reference answers with course_lib, and `course grade` on full, empty,
+partial, rewritten and gaming submissions (exact points), with the visible checks giving
+the same verdict at home as in the grader."""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.grading.format import load_assignment
+from course_lib.grading.release import release
+from course_lib.notebooks import check_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "04_albert.ipynb"
+EXERCISE = ROOT / "exercises" / "04_albert.ipynb"
+EMB, SCHED, COUNT, SOP = "factorised-embeddings-answer", "layer-schedule-answer", "count-parameters-answer", "sentence-order-answer"
+CHECKS = {
+    "factorised-embeddings": ["factorised-small", "factorised-sizes", "factorised-width"],
+    "layer-schedule": ["schedule-small", "schedule-random", "schedule-edges"],
+    "count-parameters": ["count-base", "count-random", "count-published", "count-edges"],
+    "sentence-order": ["sop-small", "sop-random", "sop-edges"],
+}
+ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
+VISIBLE = ["factorised-small", "schedule-small", "count-base", "sop-small"]
+MODES = ("all", "attention", "ffn", "none")
+ALBERT_BASE = dict(V=30000, E=128, H=768, L=12, I=3072)
+
+
+def _cells(nb: dict, tag: str) -> list[dict]:
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def _src(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def reference() -> dict:
+    """The preamble and the reference answers, executed."""
+    nb = json.loads(SOLUTION.read_text())
+    ns: dict = {}
+    for cell in _cells(nb, "preamble") + _cells(nb, "answer"):
+        exec(_src(cell), ns)
+    return ns
+
+
+def _tiny_albert(**overrides):
+    from course_lib.models.albert import AlbertConfig
+
+    sizes = dict(vocab_size=61, embedding_size=6, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                 intermediate_size=24, max_position_embeddings=20)
+    return AlbertConfig(**{**sizes, **overrides})
+
+
+# --- format and release ----------------------------------------------------------------------
+
+
+def test_solution_notebook_is_valid_and_released():
+    a = load_assignment(SOLUTION)
+    assert a.name == "04_albert" and a.title == "Chapter 4: ALBERT" and a.max_points == 13
+    assert [e.id for e in a.exercises] == list(CHECKS)
+    assert [e.points for e in a.exercises] == [3, 3, 4, 3]
+    assert [c.id for c in a.checks] == ALL_CHECKS
+    assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 9
+    assert all(c.points == 1 for c in a.checks)
+    assert a.forbid == ()  # see the report: LayerNorm and linear maps were chapter 3's and 2's exercises
+    assert [e.functions for e in a.exercises] == [
+        ("albert_embeddings",), ("layer_schedule",), ("count_albert_parameters",), ("sentence_order_pairs",)
+    ]
+    target, fresh = release(SOLUTION, EXERCISE.parent, check=True)
+    assert fresh, "exercises/04_albert.ipynb is out of date: run `course release 04_albert`"
+    assert check_notebook(SOLUTION) == [] and check_notebook(EXERCISE) == []
+    released = {ln.strip() for c in json.loads(EXERCISE.read_text())["cells"] for ln in _src(c).splitlines()}
+    sol = json.loads(SOLUTION.read_text())
+    visible = {ln.strip() for c in _cells(sol, "check") for ln in _src(c).splitlines()}
+    for cell in _cells(sol, "hidden-check"):
+        for line in _src(cell).splitlines():
+            if len(line.strip()) > 30 and line.strip() not in visible:
+                assert line.strip() not in released, line
+    for cell in _cells(sol, "answer"):  # the statements of the answers' bodies (not the docstrings)
+        src = _src(cell)
+        for fn in ast.parse(src).body:
+            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
+            for stmt in body:
+                first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
+                assert first not in released, first
+    ex = json.loads(EXERCISE.read_text())
+    stubs = [_src(c) for c in _cells(ex, "answer")]
+    assert len(stubs) == 4 and all(s.count("    raise NotImplementedError(") == 1 for s in stubs)
+    assert not _cells(ex, "hidden-check") and not _cells(ex, "solution-only")
+    assert "Instructor notes" not in EXERCISE.read_text()
+
+
+# --- the reference answers agree with course_lib ---------------------------------------------
+
+
+@pytest.mark.parametrize("embedding_size, hidden_size", [(6, 16), (16, 8), (8, 8)])
+def test_reference_embeddings_match_albert_model(embedding_size, hidden_size):
+    from course_lib.models.albert import AlbertModel
+
+    torch.manual_seed(0)
+    config = _tiny_albert(embedding_size=embedding_size, hidden_size=hidden_size, type_vocab_size=3)
+    model = AlbertModel(config).eval()
+    with torch.no_grad():  # non-trivial LayerNorm parameters
+        model.embeddings.norm.weight.uniform_(0.5, 1.5)
+        model.embeddings.norm.bias.normal_()
+    emb, proj = model.embeddings, model.encoder.embedding_hidden_mapping_in
+    ours = reference()["albert_embeddings"]
+    ids, types = torch.randint(61, (3, 12)), torch.randint(3, (3, 12))
+    args = (emb.word_embeddings.weight, emb.position_embeddings.weight, emb.token_type_embeddings.weight,
+            emb.norm.weight, emb.norm.bias, proj.weight, proj.bias)
+    with torch.no_grad():
+        for types_in in (types, None):
+            expected = proj(emb(ids, types_in))
+            got = ours(ids, types_in, *args, eps=config.layer_norm_eps)
+            assert got.shape == (3, 12, hidden_size)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        with pytest.raises(ValueError):
+            ours(torch.randint(61, (1, 21)), None, *args)
+
+
+def _encoder_schedule(L: int, G: int, K: int) -> tuple[int, ...]:
+    from course_lib.models.albert import AlbertEncoder
+
+    config = _tiny_albert(embedding_size=4, hidden_size=4, num_attention_heads=1, intermediate_size=4,
+                          num_hidden_layers=L, num_hidden_groups=G, inner_group_num=K)
+    return AlbertEncoder(config).schedule
+
+
+def test_reference_schedule_matches_albert_encoder():
+    ours = reference()["layer_schedule"]
+    cases = [(12, 1, 1), (4, 2, 1), (3, 3, 2), (6, 4, 1), (5, 2, 3), (7, 3, 2), (10, 4, 1), (12, 5, 2), (9, 9, 1),
+             (1, 1, 1), (1, 1, 3), (18, 14, 1), (27, 21, 2), (36, 28, 1)]
+    g = torch.Generator().manual_seed(4)
+    for _ in range(25):
+        L = int(torch.randint(1, 40, (), generator=g))
+        cases.append((L, int(torch.randint(1, L + 1, (), generator=g)), int(torch.randint(1, 4, (), generator=g))))
+    assert any(L % G for L, G, _ in cases), "some L not divisible by G"
+    for L, G, K in cases:
+        steps = ours(L, G, K)
+        assert len(steps) == L * K and all(0 <= j < K for _, j in steps)
+        assert tuple(group * K + j for group, j in steps) == _encoder_schedule(L, G, K), (L, G, K)
+    # the trap the instructions name: the integer rule is not Hugging Face's
+    assert _encoder_schedule(18, 14, 1)[9] == 6 and 9 * 14 // 18 == 7
+    for L, G, K in [(4, 0, 1), (4, 5, 1), (4, 2, 0), (3, -1, 1), (3, 1, -2)]:
+        with pytest.raises(ValueError):
+            ours(L, G, K)
+        with pytest.raises(ValueError):
+            _tiny_albert(num_hidden_layers=L, num_hidden_groups=G, inner_group_num=K)
+
+
+def test_reference_counts_match_albert_models():
+    from course_lib.models.albert import AlbertConfig, AlbertModel
+
+    count = reference()["count_albert_parameters"]
+    for sizes in [dict(), dict(embedding_size=20, hidden_size=12, num_hidden_layers=4, type_vocab_size=3,
+                               max_position_embeddings=7, intermediate_size=40)]:
+        config = _tiny_albert(**sizes)
+        for mode in MODES:
+            model = AlbertModel(replace(config, sharing=mode))
+            n = count(config.vocab_size, config.embedding_size, config.hidden_size, config.num_hidden_layers,
+                      config.intermediate_size, P=config.max_position_embeddings, T=config.type_vocab_size, sharing=mode)
+            assert isinstance(n, int) and n == model.num_parameters(), (sizes, mode)
+    # ALBERT-base v2 (AlbertConfig's defaults): 11,683,584, the paper's "12M"
+    assert AlbertModel(AlbertConfig()).num_parameters() == count(**ALBERT_BASE) == 11_683_584
+    # the paper's sharing ablation (Table 4, ALBERT-base, E = 128): 89M, 64M, 38M, 12M
+    got = {mode: count(**ALBERT_BASE, sharing=mode) for mode in MODES}
+    assert got == {"all": 11_683_584, "attention": 63_647_232, "ffn": 37_686_528, "none": 89_650_176}
+    with pytest.raises(ValueError):
+        count(**ALBERT_BASE, sharing="half")
+    with pytest.raises(ValueError):
+        AlbertConfig(sharing="half")
+
+
+def test_reference_sop_pairs_follow_make_sop_pairs_statistics():
+    try:
+        from course_lib.objectives.pairs import make_sop_pairs
+    except ImportError:  # pragma: no cover - added to course_lib alongside chapter 4
+        pytest.skip("course_lib.objectives.pairs.make_sop_pairs is not there")
+    ours = reference()["sentence_order_pairs"]
+    g = torch.Generator().manual_seed(11)
+    docs = [[torch.randint(5, 900, (int(torch.randint(1, 6, (), generator=g)),), generator=g).tolist()
+             for _ in range(int(torch.randint(2, 30, (), generator=g)))] for _ in range(300)]
+    n_pairs = sum(len(d) - 1 for d in docs)
+
+    def adjacent(doc, a, b, label):
+        i = next(k for k in range(len(doc) - 1) if (doc[k], doc[k + 1]) in ((a, b), (b, a)))
+        return (a, b) == ((doc[i + 1], doc[i]) if label == 1 else (doc[i], doc[i + 1]))
+
+    mine = []
+    for k, doc in enumerate(docs):
+        pairs = ours(doc, 1000 + k)
+        assert len(pairs) == len(doc) - 1
+        assert all(adjacent(doc, a, b, y) for a, b, y in pairs), "members are neighbours; the label says their order"
+        mine += [y for _, _, y in pairs]
+    theirs = make_sop_pairs(docs, rng=torch.Generator().manual_seed(5))
+    assert len(theirs.a) == len(mine) == n_pairs  # one pair per adjacent pair of every document
+    owner = {}
+    for k, doc in enumerate(docs):
+        for s in doc:
+            owner.setdefault(tuple(s), set()).add(k)
+    for a, b, y in zip(theirs.a, theirs.b, theirs.label.tolist()):
+        same_doc = owner[tuple(a)] & owner[tuple(b)]
+        assert same_doc and any(adjacent(docs[k], a, b, y) for k in same_doc)
+    sd = math.sqrt(0.25 / n_pairs)
+    for share in (sum(mine) / n_pairs, float(theirs.label.float().mean())):
+        assert abs(share - 0.5) < 6 * sd
+    assert abs(sum(mine) / n_pairs - float(theirs.label.float().mean())) < 8 * sd
+    # one document, many seeds: each pair swapped half of the time, independently of its position
+    doc = [[i] for i in range(12)]
+    swaps = torch.tensor([[y for _, _, y in ours(doc, s)] for s in range(2000)], dtype=torch.float)
+    assert ((swaps.mean(0) - 0.5).abs() < 6 * math.sqrt(0.25 / 2000)).all()
+    assert ours([[1]], 0) == [] and ours([], 3) == []
+
+
+# --- grading submissions ------------------------------------------------------------------------
+
+PARTIAL = {
+    # an IndexError, not the ValueError asked for, for a sequence longer than the position table
+    EMB: '''
+def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
+                      proj_weight, proj_bias, eps=1e-12):
+    n = input_ids.shape[1]
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = word_table[input_ids] + position_table[torch.arange(n)] + segment_table[types]
+    x = torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+    return x @ proj_weight.T + proj_bias
+''',
+    # no check of inner_group_num: [] for 0 layers per group instead of a ValueError
+    SCHED: '''
+def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
+    if not 1 <= num_hidden_groups <= num_hidden_layers:
+        raise ValueError("num_hidden_groups out of range")
+    return [(int(i / (num_hidden_layers / num_hidden_groups)), j) for i in range(num_hidden_layers)
+            for j in range(inner_group_num)]
+''',
+    # "attention" and "ffn" swapped: right for sharing="all" and for one layer only
+    COUNT: '''
+def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
+    n = {"all": (1, 1), "attention": (L, 1), "ffn": (1, L), "none": (L, L)}
+    if sharing not in n:
+        raise ValueError(sharing)
+    att, ffn = n[sharing]
+    return (V + P + T) * E + 2 * E + E * H + H + att * (4 * H * H + 6 * H) + ffn * (2 * H * I + I + 3 * H) + H * H + H
+''',
+    # a document with fewer than two segments raises instead of giving []
+    SOP: '''
+def sentence_order_pairs(segments, seed):
+    if len(segments) < 2:
+        raise ValueError("need two segments")
+    u = torch.rand(len(segments) - 1, generator=torch.Generator().manual_seed(seed))
+    return [(list(segments[i + 1]), list(segments[i]), 1) if float(u[i]) < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
+            for i in range(len(segments) - 1)]
+''',
+}
+PARTIAL_FAILS = {"factorised-small", "factorised-width", "schedule-small", "schedule-edges", "count-base", "count-random",
+                 "sop-small", "sop-edges"}
+
+REWRITTEN = {
+    EMB: '''
+import torch.nn.functional as F
+
+def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
+                      proj_weight, proj_bias, eps=1e-12):
+    batch, n = input_ids.shape
+    if n > len(position_table):
+        raise ValueError(f"{n} tokens > {len(position_table)} positions")
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = F.embedding(input_ids, word_table) + F.embedding(types, segment_table)
+    x = x + F.embedding(torch.arange(n).expand(batch, n), position_table)
+    return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, eps), proj_weight, proj_bias)
+''',
+    SCHED: '''
+def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
+    L, G, K = num_hidden_layers, num_hidden_groups, inner_group_num
+    if G < 1 or G > L:
+        raise ValueError(f"num_hidden_groups={G} is not in [1, {L}]")
+    if K < 1:
+        raise ValueError(f"inner_group_num={K} < 1")
+    return [(math.floor(i / (L / G)), j) for i in range(L) for j in range(K)]
+''',
+    COUNT: '''
+def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
+    """Every weight's shape, multiplied out."""
+    if sharing == "all":
+        n_att, n_ffn = 1, 1
+    elif sharing == "attention":
+        n_att, n_ffn = 1, L
+    elif sharing == "ffn":
+        n_att, n_ffn = L, 1
+    elif sharing == "none":
+        n_att, n_ffn = L, L
+    else:
+        raise ValueError(f"unknown sharing {sharing!r}")
+    shapes = [(V, E), (P, E), (T, E), (E,), (E,), (H, E), (H,)]
+    shapes += ([(H, H), (H,)] * 4 + [(H,), (H,)]) * n_att
+    shapes += [(I, H), (I,), (H, I), (H,), (H,), (H,)] * n_ffn
+    shapes += [(H, H), (H,)]
+    return sum(math.prod(s) for s in shapes)
+''',
+    SOP: '''
+def sentence_order_pairs(segments, seed):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    out = []
+    for left, right in zip(segments, segments[1:]):
+        if torch.rand((), generator=g).item() < 0.5:
+            out.append((list(right), list(left), 1))
+        else:
+            out.append((list(left), list(right), 0))
+    return out
+''',
+}
+
+
+def _lookup_schedule() -> str:
+    """A student who printed the visible check's results and returns them from a table, with
+    one group for every other input."""
+    ref = reference()["layer_schedule"]
+    seen = {args: ref(*args) for args in [(12, 1, 1), (4, 2, 1), (3, 3, 2), (6, 4, 1), (18, 14, 1), (5, 2, 3)]}
+    return f'''
+_SEEN = {seen!r}
+
+def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
+    key = (num_hidden_layers, num_hidden_groups, inner_group_num)
+    if key in _SEEN:
+        return _SEEN[key]
+    if num_hidden_groups < 1 or num_hidden_groups > num_hidden_layers or inner_group_num < 1:
+        raise ValueError("out of range")
+    return [(0, j) for _ in range(num_hidden_layers) for j in range(inner_group_num)]
+'''
+
+
+GAMING = {
+    # hard-codes the visible check's cases: the visible point only
+    "schedule_lookup": ({SCHED: _lookup_schedule()}, {"schedule-small"}),
+    # counts for sharing="all" whatever the mode (and never refuses one): only the published, all-shared sizes
+    "count_only_all": ({COUNT: '''
+def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
+    return (V + P + T) * E + 2 * E + E * H + H + 4 * H * H + 6 * H + 2 * H * I + I + 3 * H + H * H + H
+'''}, {"count-published"}),
+    # the right structure and statistics (adjacent pairs, labels matching the order, half swapped), but
+    # not the draws of the seed: alternates instead
+    "sop_alternating": ({SOP: '''
+def sentence_order_pairs(segments, seed):
+    return [(list(segments[i + 1]), list(segments[i]), 1) if i % 2 else (list(segments[i]), list(segments[i + 1]), 0)
+            for i in range(len(segments) - 1)]
+'''}, set()),
+    # fair coins, but from the global generator: not the seed's pairs
+    "sop_global_rng": ({SOP: '''
+def sentence_order_pairs(segments, seed):
+    u = torch.rand(max(len(segments) - 1, 0))
+    return [(list(segments[i + 1]), list(segments[i]), 1) if u[i] < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
+            for i in range(len(segments) - 1)]
+'''}, set()),
+    # the LayerNorm after the projection (over H): the tempting mistake, nothing passes
+    "norm_after_projection": ({EMB: '''
+def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
+                      proj_weight, proj_bias, eps=1e-12):
+    n = input_ids.shape[1]
+    if n > position_table.shape[0]:
+        raise ValueError("too long")
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = (word_table[input_ids] + position_table[:n] + segment_table[types]) @ proj_weight.T + proj_bias
+    x = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+    return x * gamma.mean() + beta.mean()
+'''}, set()),
+}
+
+
+def _submission(folder: Path, name: str, answers: dict[str, str], base: str = "solution") -> Path:
+    nb = json.loads(EXERCISE.read_text())
+    sol = {c["id"]: _src(c) for c in _cells(json.loads(SOLUTION.read_text()), "answer")}
+    sources = dict(sol) if base == "solution" else {}
+    sources.update(answers)
+    for cell in nb["cells"]:
+        if cell.get("id") in sources:
+            cell["source"] = sources[cell["id"]]
+    path = folder / f"{name}.ipynb"
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder, out = tmp_path_factory.mktemp("subs04"), tmp_path_factory.mktemp("grades04")
+    subs = {
+        "solution": SOLUTION,
+        "stub": EXERCISE,
+        "partial": _submission(folder, "partial", PARTIAL),
+        "rewritten": _submission(folder, "rewritten", REWRITTEN),
+        "one_exercise": _submission(folder, "one_exercise", {COUNT: REWRITTEN[COUNT]}, base="stub"),
+    }
+    for name, (answers, _) in GAMING.items():
+        subs[name] = _submission(folder, name, answers, base="stub")
+    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / "grades.csv", newline="") as fh:
+        rows = {Path(r["submission"]).resolve(): r for r in csv.DictReader(fh)}
+    reports = {}
+    for name, path in subs.items():
+        row = rows[path.resolve()]
+        folder_name = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
+        reports[name] = (row, json.loads((folder_name / "report.json").read_text()), path)
+    return reports
+
+
+EXPECTED = [
+    ("solution", 13, set()),
+    ("stub", 0, set(ALL_CHECKS)),
+    ("partial", 5, PARTIAL_FAILS),
+    ("rewritten", 13, set()),
+    ("one_exercise", 4, set(ALL_CHECKS) - set(CHECKS["count-parameters"])),
+] + [(name, len(passing), set(ALL_CHECKS) - passing) for name, (_, passing) in GAMING.items()]
+
+
+@pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
+def test_exact_points(graded, name, points, failing):
+    row, rep, _ = graded[name]
+    got = {c["id"]: c["passed"] for c in rep["checks"]}
+    assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
+    assert row["status"] == "graded" and row["max_points"] == "13"
+    assert int(row["points"]) == points == rep["points"]
+
+
+def test_gaming_gets_at_most_the_visible_points(graded):
+    """A lookup table or a counter for one mode earns no more than one check of its exercise,
+    and answers that ignore the seed earn nothing: the checks compare with the reference on
+    inputs the submission has not seen."""
+    for name in GAMING:
+        _, rep, _ = graded[name]
+        assert rep["points"] <= 1, name
+    _, rep, _ = graded["sop_alternating"]
+    messages = {c["id"]: c["message"] for c in rep["checks"]}
+    assert messages["sop-small"].startswith("sentence_order_pairs(segments=list of 5, seed=0): the result")
+    for c in rep["checks"]:  # hidden checks' messages show no expected values
+        if c["hidden"] and c["exercise"] == "sentence-order":
+            assert "expected" not in c["message"], c["message"]
+
+
+def _home_verdicts(answers: dict[str, str]) -> dict[str, bool]:
+    """The released notebook as a student runs it: the preamble, the answer cells, then each
+    visible check cell, in one namespace."""
+    nb = json.loads(EXERCISE.read_text())
+    ns: dict = {"__name__": "__main__"}
+    for cell in _cells(nb, "preamble"):
+        exec(compile(_src(cell), "<preamble>", "exec"), ns)
+    for cell in _cells(nb, "answer"):
+        try:
+            exec(compile(answers.get(cell["id"], _src(cell)), f"<answer {cell['id']}>", "exec"), ns)
+        except Exception:  # noqa: BLE001 - a broken answer cell: its checks fail
+            pass
+    out = {}
+    for i, cell in enumerate(_cells(nb, "check")):
+        torch.manual_seed(2000 + i)
+        try:
+            exec(compile(_src(cell), f"<check cell {i}>", "exec"), ns)
+            out[cell["metadata"]["course"]["id"]] = True
+        except Exception:  # noqa: BLE001 - the notebook shows a failed cell
+            out[cell["metadata"]["course"]["id"]] = False
+    return out
+
+
+def test_visible_checks_give_the_grader_verdict_at_home(graded):
+    for name, (_, rep, path) in graded.items():
+        answers = {c["id"]: _src(c) for c in json.loads(path.read_text())["cells"] if "answer" in c["metadata"].get("tags", [])}
+        home = _home_verdicts(answers)
+        grader = {c["id"]: c["passed"] for c in rep["checks"] if not c["hidden"]}
+        assert home == grader, (name, home, grader)
