@@ -270,3 +270,17 @@ def test_training_step_updates_a_shared_layer_once():
     shared = model.albert.encoder.layers[0].ffn.linear1.weight
     assert shared.grad is not None and shared.grad.abs().sum() > 0
     assert len(list(model.parameters())) == len({id(p) for p in model.parameters()})
+
+
+def test_course_sizes_keep_the_factorisation():
+    small = AlbertConfig.from_course(vocab_size=100, d_model=128, n_heads=4, n_layers=4)
+    assert (small.embedding_size, small.hidden_size, small.intermediate_size) == (32, 128, 512)
+    assert (
+        AlbertConfig.from_course(vocab_size=100, d_model=768, n_heads=12, n_layers=12).embedding_size == 128
+    )
+    assert (
+        AlbertConfig.from_course(
+            vocab_size=100, d_model=64, n_heads=4, n_layers=2, embedding_size=64
+        ).embedding_size
+        == 64
+    )
