@@ -14,9 +14,9 @@ For each seed, on the chapter's text and tokenizer, six pretrainings of a 4-laye
 Each model is scored on held-out documents: masked-token accuracy and loss (on segment
 pairs, and on blocks), and its sentence-pair head on *both* tasks, NSP pairs and SOP pairs
 (the paper's Table 5 design). Then each objective's encoder, and a random one, is fine-tuned
-with a fresh classifier on 400 labelled pairs of two tasks on held-out documents ("is B in
-its original order after A?" and "does B continue A?"): does what [CLS] learned in
-pretraining transfer?
+with a fresh classifier on 400 labelled pairs (units of two sentences) of two tasks ("is B in
+its original order after A?" and "does B continue A?"), from training documents, and scored on
+the pairs of the held-out documents: does what [CLS] learned in pretraining transfer?
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ SETTINGS: dict[str, Any] = dict(
     },
     transfer=dict(
         train=400,
-        sentences_per_unit=3,
+        sentences_per_unit=2,
         steps=150,
         batch_size=32,
         lr=1e-3,
@@ -140,13 +140,20 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         r["forward_seconds"] = _forward_seconds(model, held["sop"], **s["timing"])
         out[name] = r
 
-    # does [CLS] transfer? fine-tune each objective's encoder (and a random one) on two pair tasks
+    # does [CLS] transfer? fine-tune each objective's encoder (and a random one) on two pair tasks:
+    # training pairs from training documents (their text was pretrained on, their labels never),
+    # test pairs from the held-out documents
     t = s["transfer"]
     for task, make in (("sop", sop_pairs), ("nsp", nsp_pairs)):
-        items = [
-            ((a, b), y) for a, b, y in make(held_docs, seed=seed, sentences_per_unit=t["sentences_per_unit"])
+        unit = t["sentences_per_unit"]
+        train_items = [((a, b), y) for a, b, y in make(train_docs, seed=seed, sentences_per_unit=unit)][
+            : t["train"]
         ]
-        train_items, test_items = items[: t["train"]], items[t["train"] :]
+        test_items = [((a, b), y) for a, b, y in make(held_docs, seed=seed + 1, sentences_per_unit=unit)]
+        if len(train_items) < t["train"] or not test_items:
+            raise ValueError(
+                f"too few {task} pairs: {len(train_items)} to train on, {len(test_items)} to test on"
+            )
         starts: dict[str, Any] = {name: models[name] for name in t["starts"]}
         starts["random"] = models["bert_shape"].config
         for name, start in starts.items():
