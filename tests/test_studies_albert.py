@@ -1,0 +1,50 @@
+"""Study 04_albert (course_lib/studies/albert.py): a quick run gives every arm and metric, and
+the arms differ only where they should. (Its full results are not committed yet.)"""
+
+import json
+
+import pytest
+
+from course_lib.studies import load_study, run_study
+from course_lib.studies.albert import SETTINGS
+
+ARMS = set(SETTINGS["arms"])
+PAIR_ARMS = {name for name, arm in SETTINGS["arms"].items() if arm["pair_task"] is not None}
+STARTS = set(SETTINGS["transfer"]["starts"]) | {"random"}
+MODEL_METRICS = {
+    "parameters",
+    "train_seconds",
+    "embedding_parameters",
+    "mlm_accuracy_pairs",
+    "mlm_loss_pairs",
+    "mlm_accuracy_blocks",
+    "mlm_loss_blocks",
+    "forward_seconds",
+}
+
+
+def _check(results):
+    assert set(results) == ARMS | {"transfer_sop", "transfer_nsp"}
+    for arm in ARMS:
+        expected = MODEL_METRICS | ({"nsp_accuracy", "sop_accuracy"} if arm in PAIR_ARMS else set())
+        assert set(results[arm]) == expected, arm
+        for metric in expected:
+            if "accuracy" in metric:
+                assert 0.0 <= results[arm][metric] <= 1.0
+    for task in ("sop", "nsp"):
+        assert set(results[f"transfer_{task}"]) == STARTS
+    # the same shape gives the same count; sharing and a narrow E each remove parameters
+    p = {arm: results[arm]["parameters"] for arm in ARMS}
+    assert p["bert_shape"] > p["not_shared"] > p["albert"] and p["bert_shape"] > p["e_equals_h"] > p["albert"]
+    assert p["bert_shape_nsp"] == p["bert_shape"] > p["bert_shape_mlm_only"]  # MLM-only: no pooler, no head
+    assert results["albert"]["embedding_parameters"] < results["e_equals_h"]["embedding_parameters"]
+
+
+def test_quick_run_writes_every_arm_and_metric(tmp_path):
+    out = run_study("04_albert", seeds=[0], quick=True, out=tmp_path / "x.json", log=lambda _: None)
+    data = json.loads(out.read_text())
+    assert data["quick"] is True
+    _check(data["seeds"]["0"]["results"])
+    (tmp_path / "04_albert.json").write_text(out.read_text())
+    with pytest.raises(ValueError, match="quick"):
+        load_study("04_albert", root=tmp_path)
