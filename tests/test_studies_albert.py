@@ -13,13 +13,11 @@ PAIR_ARMS = {name for name, arm in SETTINGS["arms"].items() if arm["pair_task"] 
 STARTS = set(SETTINGS["transfer"]["starts"]) | {"random"}
 MODEL_METRICS = {
     "parameters",
-    "train_seconds",
     "embedding_parameters",
     "mlm_accuracy_pairs",
     "mlm_loss_pairs",
     "mlm_accuracy_blocks",
     "mlm_loss_blocks",
-    "forward_seconds",
 }
 
 

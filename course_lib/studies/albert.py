@@ -17,11 +17,13 @@ pairs, and on blocks), and its sentence-pair head on *both* tasks, NSP pairs and
 with a fresh classifier on 400 labelled pairs (units of two sentences) of two tasks ("is B in
 its original order after A?" and "does B continue A?"), from training documents, and scored on
 the pairs of the held-out documents: does what [CLS] learned in pretraining transfer?
+
+No wall-clock times are stored: they depend on the machine and on whatever else runs beside
+the study. Cost is compared where it is exact, in the chapter (parameters, FLOPs).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -63,7 +65,6 @@ SETTINGS: dict[str, Any] = dict(
         lr=1e-3,
         starts=("bert_shape", "bert_shape_nsp", "bert_shape_mlm_only"),
     ),
-    timing=dict(batches=5, batch_size=64),
 )
 QUICK: dict[str, Any] = dict(
     SETTINGS,
@@ -72,23 +73,7 @@ QUICK: dict[str, Any] = dict(
     model=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
     pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
     transfer=dict(SETTINGS["transfer"], train=16, steps=2, batch_size=4),
-    timing=dict(batches=1, batch_size=4),
 )
-
-
-@torch.no_grad()
-def _forward_seconds(
-    model: torch.nn.Module, examples: dict[str, torch.Tensor], batches: int, batch_size: int
-) -> float:
-    """Mean wall time of one forward pass (eval mode) over ``batch_size`` held-out rows."""
-    model.eval()
-    device = next(model.parameters()).device
-    x = {k: examples[k][:batch_size].to(device) for k in ("input_ids", "token_type_ids", "attention_mask")}
-    model(**x)  # warm-up
-    start = time.perf_counter()
-    for _ in range(batches):
-        model(**x)
-    return (time.perf_counter() - start) / batches
 
 
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
@@ -116,7 +101,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             sharing=arm["sharing"],
             **s["model"],
         )
-        model, _, history = pretrain_bert(
+        model, _, _ = pretrain_bert(
             config,
             train_docs,
             tokenizer=tokenizer,
@@ -129,7 +114,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             **p,
         )
         models[name] = model
-        r: dict[str, Any] = {"parameters": model.num_parameters(), "train_seconds": history.seconds}
+        r: dict[str, Any] = {"parameters": model.num_parameters()}
         r["embedding_parameters"] = parameter_breakdown(config)["embeddings"]
         for task, key in (("sop", "pairs"), (None, "blocks")):
             e = evaluate_mlm(model, held[task], masker, seed=seed)
@@ -137,7 +122,6 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         if arm["pair_task"] is not None:  # the pair head on both tasks
             r["nsp_accuracy"] = evaluate_mlm(model, held["nsp"], masker, seed=seed)["nsp_accuracy"]
             r["sop_accuracy"] = evaluate_mlm(model, held["sop"], masker, seed=seed)["sop_accuracy"]
-        r["forward_seconds"] = _forward_seconds(model, held["sop"], **s["timing"])
         out[name] = r
 
     # does [CLS] transfer? fine-tune each objective's encoder (and a random one) on two pair tasks:
