@@ -37,3 +37,38 @@ def test_normalise_layers_is_scalar_mix_layer_norm_without_padding():
     with torch.no_grad():
         expected = mix(X[:, :, None], torch.ones(50, 1, dtype=torch.bool))[:, 0]
     assert torch.allclose(Z.mean(0), expected, atol=1e-5)  # equal weights 1/3, gamma 1
+
+
+def test_layer_transitions_match_a_token_by_token_computation():
+    from course_lib.analysis import layer_transitions
+    from course_lib.models.albert import AlbertConfig, AlbertForPreTraining
+
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(
+        AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                     intermediate_size=32, sharing="none")
+    )
+    ids = torch.randint(5, 50, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    mask[2, 2:] = 0
+    types = (torch.arange(7) >= 3).long().expand(3, 7).clone()
+    got = layer_transitions(model, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}, batch_size=2)
+    model.eval()
+    with torch.no_grad():
+        hs = model.albert(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True).hidden_states
+    assert len(got["l2"]) == len(got["cosine"]) == 3
+    for layer in range(3):
+        l2, cos, n = 0.0, 0.0, 0
+        for b in range(3):
+            for t in range(7):
+                if mask[b, t]:
+                    a, c = hs[layer][b, t], hs[layer + 1][b, t]
+                    l2 += float(torch.sqrt(((c - a) ** 2).sum()))
+                    cos += float((a @ c) / (a.norm() * c.norm()))
+                    n += 1
+        assert abs(got["l2"][layer] - l2 / n) < 1e-4
+        assert abs(got["cosine"][layer] - cos / n) < 1e-5
+    model.train()  # the mode is restored
+    layer_transitions(model, {"input_ids": ids, "attention_mask": mask})
+    assert model.training

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from course_lib.studies import load_study, run_study
-from course_lib.studies.albert import SETTINGS
+from course_lib.studies.albert import QUICK, SETTINGS
 
 ARMS = set(SETTINGS["arms"])
 PAIR_ARMS = {name for name, arm in SETTINGS["arms"].items() if arm["pair_task"] is not None}
@@ -18,10 +18,12 @@ MODEL_METRICS = {
     "mlm_loss_pairs",
     "mlm_accuracy_blocks",
     "mlm_loss_blocks",
+    "layer_l2",
+    "layer_cosine",
 }
 
 
-def _check(results):
+def _check(results, layers):
     assert set(results) == ARMS | {"transfer_sop", "transfer_nsp"}
     for arm in ARMS:
         expected = MODEL_METRICS | ({"nsp_accuracy", "sop_accuracy"} if arm in PAIR_ARMS else set())
@@ -29,12 +31,15 @@ def _check(results):
         for metric in expected:
             if "accuracy" in metric:
                 assert 0.0 <= results[arm][metric] <= 1.0
+        assert len(results[arm]["layer_l2"]) == len(results[arm]["layer_cosine"]) == layers
+        assert all(-1.0 <= c <= 1.0 for c in results[arm]["layer_cosine"]) and all(d >= 0 for d in results[arm]["layer_l2"])
     for task in ("sop", "nsp"):
         assert set(results[f"transfer_{task}"]) == STARTS
     # the same shape gives the same count; sharing and a narrow E each remove parameters
     p = {arm: results[arm]["parameters"] for arm in ARMS}
     assert p["bert_shape"] > p["not_shared"] > p["albert"] and p["bert_shape"] > p["e_equals_h"] > p["albert"]
     assert p["bert_shape_nsp"] == p["bert_shape"] > p["bert_shape_mlm_only"]  # MLM-only: no pooler, no head
+    assert p["e_equals_h_dropout"] == p["e_equals_h"]  # dropout has no parameters
     assert results["albert"]["embedding_parameters"] < results["e_equals_h"]["embedding_parameters"]
 
 
@@ -42,7 +47,7 @@ def test_quick_run_writes_every_arm_and_metric(tmp_path):
     out = run_study("04_albert", seeds=[0], quick=True, out=tmp_path / "x.json", log=lambda _: None)
     data = json.loads(out.read_text())
     assert data["quick"] is True
-    _check(data["seeds"]["0"]["results"])
+    _check(data["seeds"]["0"]["results"], QUICK["model"]["num_hidden_layers"])
     (tmp_path / "04_albert.json").write_text(out.read_text())
     with pytest.raises(ValueError, match="quick"):
         load_study("04_albert", root=tmp_path)

@@ -5,7 +5,7 @@ This layer sits above the models and the data (it runs models on data); the chap
 
 from .attention import WordAttention, head_scores, word_attention
 from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
-from .layers import layer_vectors
+from .layers import layer_transitions, layer_vectors
 from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
 
@@ -19,6 +19,7 @@ __all__ = [
     "layer_vectors",
     "linear_probe",
     "minimal_pair_preference",
+    "layer_transitions",
     "normalise_layers",
     "train_probe",
     "word_attention",

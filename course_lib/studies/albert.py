@@ -1,6 +1,6 @@
 """Study ``04_albert``: chapter 4's pretrainings over three seeds.
 
-For each seed, on the chapter's text and tokenizer, six pretrainings of a 4-layer model
+For each seed, on the chapter's text and tokenizer, seven pretrainings of a 4-layer model
 (hidden 128) with the same budget (steps, batch, dynamic masking, inputs of 64 tokens):
 
 * **architecture** (all with MLM + SOP on segment pairs): BERT's shape in ALBERT's code
@@ -9,14 +9,17 @@ For each seed, on the chapter's text and tokenizer, six pretrainings of a 4-laye
 * **objectives** (on BERT's shape, the arm that leaves the masked LM's unigram plateau within
   this budget): MLM + NSP, MLM + SOP (the first arm above) and MLM alone on full-sentence
   blocks (RoBERTa's input, the same tokens per step; an ``AlbertForMaskedLM``: no pooler and
-  no pair head).
+  no pair head);
+* **dropout** (ALBERT v2 has none): the shared E = H arm again, with dropout 0.1.
 
 Each model is scored on held-out documents: masked-token accuracy and loss (on segment
 pairs, and on blocks), and its sentence-pair head on *both* tasks, NSP pairs and SOP pairs
-(the paper's Table 5 design). Then each objective's encoder, and a random one, is fine-tuned
-with a fresh classifier on 400 labelled pairs (units of two sentences) of two tasks ("is B in
-its original order after A?" and "does B continue A?"), from training documents, and scored on
-the pairs of the held-out documents: does what [CLS] learned in pretraining transfer?
+(the paper's Table 5 design), and how far each layer moves the token vectors (L2 distance and
+cosine between a layer's input and output, the paper's Figure 1). Then each objective's
+encoder, and a random one, is fine-tuned with a fresh classifier on 400 labelled pairs (units
+of two sentences) of two tasks ("is B in its original order after A?" and "does B continue
+A?"), from training documents, and scored on the pairs of the held-out documents: does what
+[CLS] learned in pretraining transfer?
 
 No wall-clock times are stored: they depend on the machine and on whatever else runs beside
 the study. Cost is compared where it is exact, in the chapter (parameters, FLOPs).
@@ -28,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..analysis.layers import layer_transitions
 from ..data import load_documents
 from ..data.tasks import nsp_pairs, sop_pairs
 from ..device import get_device
@@ -56,6 +60,7 @@ SETTINGS: dict[str, Any] = dict(
         "bert_shape": dict(sharing="none", embedding_size=128, pair_task="sop"),
         "bert_shape_nsp": dict(sharing="none", embedding_size=128, pair_task="nsp"),
         "bert_shape_mlm_only": dict(sharing="none", embedding_size=128, pair_task=None),
+        "e_equals_h_dropout": dict(sharing="all", embedding_size=128, pair_task="sop", dropout=0.1),
     },
     transfer=dict(
         train=400,
@@ -99,6 +104,8 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             max_position_embeddings=max_len,
             embedding_size=arm["embedding_size"],
             sharing=arm["sharing"],
+            hidden_dropout_prob=arm.get("dropout", 0.0),
+            attention_probs_dropout_prob=arm.get("dropout", 0.0),
             **s["model"],
         )
         model, _, _ = pretrain_bert(
@@ -119,6 +126,8 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         for task, key in (("sop", "pairs"), (None, "blocks")):
             e = evaluate_mlm(model, held[task], masker, seed=seed)
             r[f"mlm_accuracy_{key}"], r[f"mlm_loss_{key}"] = e["mlm_accuracy"], e["mlm_loss"]
+        transitions = layer_transitions(model, held["sop"])  # the paper's Figure 1
+        r["layer_l2"], r["layer_cosine"] = transitions["l2"], transitions["cosine"]
         if arm["pair_task"] is not None:  # the pair head on both tasks
             r["nsp_accuracy"] = evaluate_mlm(model, held["nsp"], masker, seed=seed)["nsp_accuracy"]
             r["sop_accuracy"] = evaluate_mlm(model, held["sop"], masker, seed=seed)["sop_accuracy"]
@@ -160,7 +169,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
 register_study(
     Study(
         name="04_albert",
-        description="ALBERT: factorisation, sharing, SOP vs NSP vs MLM alone (6 pretrainings per seed)",
+        description="ALBERT: factorisation, sharing, SOP vs NSP vs MLM alone, dropout (7 pretrainings per seed)",
         settings={"full": SETTINGS, "quick": QUICK},
         run=run,
     )
