@@ -1,5 +1,6 @@
 """course_lib.analysis: the probes and the layer normalisation the chapters import."""
 
+import pytest
 import torch
 
 from course_lib.analysis import linear_probe, normalise_layers, train_probe
@@ -72,3 +73,41 @@ def test_layer_transitions_match_a_token_by_token_computation():
     model.train()  # the mode is restored
     layer_transitions(model, {"input_ids": ids, "attention_mask": mask})
     assert model.training
+
+
+def test_topic_matcher_reads_topics_and_only_guesses_on_order():
+    import random
+
+    from course_lib.analysis import TopicMatcher
+    from course_lib.data.corpus import Document, Sentence
+    from course_lib.recipes.bert import pretraining_examples, train_tokenizer
+
+    words = {"fruit": "apple pear plum fig lime kiwi".split(), "cars": "engine wheel brake gear axle tyre".split()}
+    rng = random.Random(0)
+
+    def doc(topic):
+        return Document(
+            tuple(Sentence(tuple(rng.choices(words[topic], k=6)) + (".",), topic=topic) for _ in range(8)), topic=topic
+        )
+
+    docs = [doc(t) for t in ("fruit", "cars") * 20]
+    tokenizer = train_tokenizer(docs[:30], kind="wordpiece", vocab_size=100)
+    matcher = TopicMatcher(docs[:30], tokenizer)
+    assert matcher.topics == ["cars", "fruit"]
+    nsp = pretraining_examples(docs[30:], tokenizer, max_len=32, pair_task="nsp", nsp_unit="segment", seed=0)
+    sop = pretraining_examples(docs[30:], tokenizer, max_len=32, pair_task="sop", nsp_unit="segment", seed=0)
+    topic_a, topic_b = matcher.segment_topics(sop)
+    assert torch.equal(topic_a, topic_b)  # both segments of a pair come from one document: one topic
+    # NSP: a random B from the other topic is spotted; from the same topic it cannot be
+    other_topic = matcher.predict(nsp).bool()
+    random_b = nsp["next_sentence_label"].bool()
+    assert not (other_topic & ~random_b).any()  # never "different topics" for a true continuation
+    assert other_topic[random_b].float().mean() > 0.3
+    assert matcher.accuracy(nsp) > 0.6
+    # SOP: the prediction is always "same topic", so the accuracy is the share of in-order pairs
+    assert matcher.accuracy(sop) == pytest.approx(float((sop["sentence_order_label"] == 0).float().mean()))
+    unlabelled = {k: v for k, v in sop.items() if k != "sentence_order_label"}
+    with pytest.raises(ValueError, match="no sentence-pair labels"):
+        matcher.accuracy(unlabelled)
+    with pytest.raises(ValueError, match="topic"):
+        TopicMatcher([Document(docs[0].sentences, topic=None)], tokenizer)

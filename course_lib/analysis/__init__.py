@@ -8,9 +8,11 @@ from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_ac
 from .layers import layer_transitions, layer_vectors
 from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
+from .topics import TopicMatcher
 
 __all__ = [
     "SIDES",
+    "TopicMatcher",
     "generate_greedy",
     "generation_statistics",
     "hidden_word_accuracy",
