@@ -26,21 +26,14 @@ from course_lib.grading.sandbox_worker import encode
 from course_lib.grading.wire import ProtocolError, parse_response, to_python
 from course_lib.notebooks import check_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "02_transformer.ipynb"
-EXERCISE = ROOT / "exercises" / "02_transformer.ipynb"
+from grading_fixtures.chapters import ROOT, Chapter, cell_source, tagged_cells
+
+CHAPTER = Chapter("02_transformer")
+SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
 
 
 def _solution_nb() -> dict:
     return json.loads(SOLUTION.read_text())
-
-
-def _cells(nb, tag):
-    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-
-
-def _src(cell) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
 
 
 # --- the format and `course release` ---------------------------------------------------------
@@ -85,17 +78,17 @@ def test_release_check_notices_a_stale_copy(tmp_path, capsys):
 
 def test_released_notebook_holds_no_solution():
     sol, ex = _solution_nb(), json.loads(EXERCISE.read_text())
-    released = "\n".join(_src(c) for c in ex["cells"])
-    visible = {ln.strip() for c in _cells(sol, "check") for ln in _src(c).splitlines()}
-    for cell in _cells(sol, "hidden-check") + _cells(sol, "solution-only"):
-        for line in _src(cell).splitlines():
+    released = "\n".join(cell_source(c) for c in ex["cells"])
+    visible = {ln.strip() for c in tagged_cells(sol, "check") for ln in cell_source(c).splitlines()}
+    for cell in tagged_cells(sol, "hidden-check") + tagged_cells(sol, "solution-only"):
+        for line in cell_source(cell).splitlines():
             if len(line.strip()) > 20 and line.strip() not in visible:
                 assert line.strip() not in released, line
-    for cell in _cells(sol, "answer"):
-        body = [ln.strip() for ln in _src(cell).splitlines() if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))]
+    for cell in tagged_cells(sol, "answer"):
+        body = [ln.strip() for ln in cell_source(cell).splitlines() if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))]
         for line in body:
             assert line not in released, f"solution line released: {line}"
-    assert not _cells(ex, "hidden-check") and not _cells(ex, "solution-only")
+    assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     for cell in ex["cells"]:
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [] and cell["execution_count"] is None
@@ -105,16 +98,16 @@ def test_released_notebook_holds_no_solution():
 def test_stubs_keep_signatures_and_raise():
     sol, ex = _solution_nb(), json.loads(EXERCISE.read_text())
     pre: dict = {}
-    for cell in _cells(sol, "preamble"):
-        exec(_src(cell), pre)
+    for cell in tagged_cells(sol, "preamble"):
+        exec(cell_source(cell), pre)
     ref_ns, stub_ns = dict(pre), dict(pre)
-    for cell in _cells(sol, "answer"):
-        exec(_src(cell), ref_ns)
-    stubs = _cells(ex, "answer")
-    assert [c["id"] for c in stubs] == [c["id"] for c in _cells(sol, "answer")]
+    for cell in tagged_cells(sol, "answer"):
+        exec(cell_source(cell), ref_ns)
+    stubs = tagged_cells(ex, "answer")
+    assert [c["id"] for c in stubs] == [c["id"] for c in tagged_cells(sol, "answer")]
     for cell in stubs:
         assert cell["metadata"]["course"]["answer"] == cell["id"]
-        exec(_src(cell), stub_ns)
+        exec(cell_source(cell), stub_ns)
     for name in ["causal_mask", "sinusoidal_encoding", "scaled_dot_product_attention", "split_heads", "merge_heads"]:
         assert inspect.signature(stub_ns[name]) == inspect.signature(ref_ns[name])
         assert stub_ns[name].__doc__ == ref_ns[name].__doc__
@@ -157,9 +150,7 @@ def test_reference_answers_agree_with_course_lib():
     """The answers are written out, but must agree with the library's implementations."""
     from course_lib.nn import MultiHeadAttention, attention_explicit, causal_mask, sinusoidal_table
 
-    ns: dict = {}
-    for cell in _cells(_solution_nb(), "preamble") + _cells(_solution_nb(), "answer"):
-        exec(_src(cell), ns)
+    ns = CHAPTER.reference()
     for length, key_length in [(1, 1), (5, 5), (3, 8)]:
         assert torch.equal(ns["causal_mask"](length, key_length), causal_mask(length, key_length=key_length))
     for max_len, d_model in [(1, 2), (37, 10), (200, 64)]:
@@ -399,7 +390,7 @@ def test_student_self_check_with_nbval_shows_failing_checks(tmp_path):
     """A student who wrote only exercise 1 runs `pytest --nbval-lax` on their notebook: the
     causal-mask check passes, the other visible checks fail and say NotImplementedError."""
     nb = json.loads(EXERCISE.read_text())
-    answer = _src(_cells(_solution_nb(), "answer")[0])
+    answer = cell_source(tagged_cells(_solution_nb(), "answer")[0])
     n_checks = 0
     for cell in nb["cells"]:
         if cell.get("id") == "causal-mask-answer":

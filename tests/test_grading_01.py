@@ -14,9 +14,10 @@ import torch
 from course_lib.cli import main as course_main
 from course_lib.grading.format import load_assignment
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "01_elmo.ipynb"
-EXERCISE = ROOT / "exercises" / "01_elmo.ipynb"
+from grading_fixtures.chapters import Chapter
+
+CHAPTER = Chapter("01_elmo")
+SOLUTION = CHAPTER.solution
 
 CHECK_POINTS = {  # check id -> points (every check of 01_elmo is worth 1)
     "char-ids-small": 1, "char-ids-edge-cases": 1,
@@ -114,21 +115,6 @@ def highway(x, weight, bias):
 PARTIAL_FAILS = {"scalar-mix-layer-norm", "scalar-mix-layer-norm-random", "highway-small", "highway-shapes"}
 
 
-def _answers(path: Path) -> dict[str, str]:
-    nb = json.loads(path.read_text())
-    return {c["id"]: "".join(c["source"]) for c in nb["cells"] if "answer" in c["metadata"].get("tags", [])}
-
-
-def _submission(folder: Path, name: str, answers: dict[str, str]) -> Path:
-    nb = json.loads(EXERCISE.read_text())
-    for cell in nb["cells"]:
-        if cell.get("id") in answers:
-            cell["source"] = answers[cell["id"]]
-    path = folder / f"{name}.ipynb"
-    path.write_text(json.dumps(nb, indent=1))
-    return path
-
-
 def test_assignment_format():
     a = load_assignment(SOLUTION)
     assert a.name == "01_elmo" and a.max_points == sum(CHECK_POINTS.values()) == 11
@@ -141,12 +127,11 @@ def test_assignment_format():
 def graded(tmp_path_factory):
     """One `course grade` batch: the solution, the stub, a partly correct and an alternative submission."""
     folder = tmp_path_factory.mktemp("subs01")
-    solution = _answers(SOLUTION)
     subs = [
-        _submission(folder, "solution", solution),
-        _submission(folder, "stub", {}),
-        _submission(folder, "partial", {**solution, **PARTIAL}),
-        _submission(folder, "alternative", ALTERNATIVE),
+        CHAPTER.submission(folder, "solution", {}),
+        CHAPTER.submission(folder, "stub", {}, base="stub"),
+        CHAPTER.submission(folder, "partial", PARTIAL),
+        CHAPTER.submission(folder, "alternative", ALTERNATIVE, base="stub"),
     ]
     out = folder / "out"
     code = course_main(["grade", *map(str, subs), "--out", str(out), "--assignment", "01_elmo", "--jobs", "2"])
@@ -188,13 +173,7 @@ def test_correct_answers_written_differently_get_full_marks(graded):
 
 @pytest.fixture(scope="module")
 def reference():
-    nb = json.loads(SOLUTION.read_text())
-    namespace: dict = {}
-    for cell in nb["cells"]:
-        tags = cell["metadata"].get("tags", [])
-        if "preamble" in tags or "answer" in tags:
-            exec("".join(cell["source"]), namespace)
-    return namespace
+    return CHAPTER.reference()
 
 
 def test_reference_answers_agree_with_course_lib(reference):

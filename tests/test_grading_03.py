@@ -4,23 +4,16 @@ rewritten submissions (exact points)."""
 
 from __future__ import annotations
 
-import ast
-import csv
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from course_lib.grading.format import load_assignment
-from course_lib.grading.release import release
-from course_lib.notebooks import check_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "03_bert.ipynb"
-EXERCISE = ROOT / "exercises" / "03_bert.ipynb"
+from grading_fixtures.chapters import Chapter
+
+CHAPTER = Chapter("03_bert")
+SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
+reference = CHAPTER.reference  # the preamble and the reference answers, executed
 MASK, EMB, PACK, LOSS = "masking-answer", "embeddings-answer", "packing-answer", "mlm-loss-answer"
 CHECKS = {
     "masking": ["masking-basics", "masking-statistics", "masking-fresh", "masking-uniform"],
@@ -29,23 +22,6 @@ CHECKS = {
     "mlm-loss": ["mlm-loss-small", "mlm-loss-random", "mlm-loss-edges"],
 }
 ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
-
-
-def _cells(nb: dict, tag: str) -> list[dict]:
-    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-
-
-def _src(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def reference() -> dict:
-    """The preamble and the reference answers, executed."""
-    nb = json.loads(SOLUTION.read_text())
-    ns: dict = {}
-    for cell in _cells(nb, "preamble") + _cells(nb, "answer"):
-        exec(_src(cell), ns)
-    return ns
 
 
 # --- format and release ----------------------------------------------------------------------
@@ -57,23 +33,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [e.id for e in a.exercises] == ["masking", "embeddings", "packing", "mlm-loss"]
     assert [c.id for c in a.checks] == ALL_CHECKS
     assert sum(c.hidden for c in a.checks) == 8
-    target, fresh = release(SOLUTION, EXERCISE.parent, check=True)
-    assert fresh, "exercises/03_bert.ipynb is out of date: run `course release 03_bert`"
-    assert check_notebook(SOLUTION) == [] and check_notebook(EXERCISE) == []
-    released = {ln.strip() for c in json.loads(EXERCISE.read_text())["cells"] for ln in _src(c).splitlines()}
-    visible = {ln.strip() for c in _cells(json.loads(SOLUTION.read_text()), "check") for ln in _src(c).splitlines()}
-    sol = json.loads(SOLUTION.read_text())
-    for cell in _cells(sol, "hidden-check"):
-        for line in _src(cell).splitlines():
-            if len(line.strip()) > 30 and line.strip() not in visible:
-                assert line.strip() not in released, line
-    for cell in _cells(sol, "answer"):  # the statements of the answers' bodies (not the docstrings)
-        src = _src(cell)
-        for fn in ast.parse(src).body:
-            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
-            for stmt in body:
-                first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
-                assert first not in released, first
+    CHAPTER.assert_released()
     assert "raise NotImplementedError" in EXERCISE.read_text()
 
 
@@ -245,40 +205,11 @@ def test_reference_mlm_loss_matches_cross_entropy():
     assert zero.dim() == 0 and float(zero) == 0.0
 
 
-def _submission(folder: Path, name: str, answers: dict[str, str], base: str = "solution") -> Path:
-    nb = json.loads(EXERCISE.read_text())
-    sol = {c["id"]: _src(c) for c in _cells(json.loads(SOLUTION.read_text()), "answer")}
-    sources = dict(sol) if base == "solution" else {}
-    sources.update(answers)
-    for cell in nb["cells"]:
-        if cell.get("id") in sources:
-            cell["source"] = sources[cell["id"]]
-    path = folder / f"{name}.ipynb"
-    path.write_text(json.dumps(nb, indent=1))
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     folder, out = tmp_path_factory.mktemp("subs03"), tmp_path_factory.mktemp("grades03")
-    subs = {
-        "solution": SOLUTION,
-        "stub": EXERCISE,
-        "partial": _submission(folder, "partial", PARTIAL),
-        "rewritten": _submission(folder, "rewritten", REWRITTEN),
-        "one_exercise": _submission(folder, "one_exercise", {PACK: REWRITTEN[PACK]}, base="stub"),
-    }
-    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(out / "grades.csv", newline="") as fh:
-        rows = {Path(r["submission"]).resolve(): r for r in csv.DictReader(fh)}
-    reports = {}
-    for name, path in subs.items():
-        row = rows[path.resolve()]
-        folder_name = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
-        reports[name] = (row, json.loads((folder_name / "report.json").read_text()))
-    return reports
+    subs = CHAPTER.submissions(folder, PARTIAL, REWRITTEN, one_exercise={PACK: REWRITTEN[PACK]})
+    return CHAPTER.grade(subs, out)
 
 
 @pytest.mark.parametrize("name, points, failing", [
@@ -289,7 +220,7 @@ def graded(tmp_path_factory):
     ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"] + CHECKS["mlm-loss"])),
 ])
 def test_exact_points(graded, name, points, failing):
-    row, rep = graded[name]
+    row, rep, _ = graded[name]
     got = {c["id"]: c["passed"] for c in rep["checks"]}
     assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
     assert row["status"] == "graded" and row["max_points"] == "13"

@@ -5,25 +5,20 @@ the same verdict at home as in the grader."""
 
 from __future__ import annotations
 
-import ast
-import csv
 import json
 import math
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 
 from course_lib.grading.format import load_assignment
-from course_lib.grading.release import release
-from course_lib.notebooks import check_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "04_albert.ipynb"
-EXERCISE = ROOT / "exercises" / "04_albert.ipynb"
+from grading_fixtures.chapters import Chapter, answer_sources, cell_source, tagged_cells
+
+CHAPTER = Chapter("04_albert")
+SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
+reference = CHAPTER.reference  # the preamble and the reference answers, executed
 EMB, SCHED, COUNT, SOP = "factorised-embeddings-answer", "layer-schedule-answer", "count-parameters-answer", "sentence-order-answer"
 CHECKS = {
     "factorised-embeddings": ["factorised-small", "factorised-sizes", "factorised-width"],
@@ -35,23 +30,6 @@ ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
 VISIBLE = ["factorised-small", "schedule-small", "count-base", "sop-small"]
 MODES = ("all", "attention", "ffn", "none")
 ALBERT_BASE = dict(V=30000, E=128, H=768, L=12, I=3072)
-
-
-def _cells(nb: dict, tag: str) -> list[dict]:
-    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
-
-
-def _src(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def reference() -> dict:
-    """The preamble and the reference answers, executed."""
-    nb = json.loads(SOLUTION.read_text())
-    ns: dict = {}
-    for cell in _cells(nb, "preamble") + _cells(nb, "answer"):
-        exec(_src(cell), ns)
-    return ns
 
 
 def _tiny_albert(**overrides):
@@ -77,27 +55,11 @@ def test_solution_notebook_is_valid_and_released():
     assert [e.functions for e in a.exercises] == [
         ("albert_embeddings",), ("layer_schedule",), ("count_albert_parameters",), ("sentence_order_pairs",)
     ]
-    target, fresh = release(SOLUTION, EXERCISE.parent, check=True)
-    assert fresh, "exercises/04_albert.ipynb is out of date: run `course release 04_albert`"
-    assert check_notebook(SOLUTION) == [] and check_notebook(EXERCISE) == []
-    released = {ln.strip() for c in json.loads(EXERCISE.read_text())["cells"] for ln in _src(c).splitlines()}
-    sol = json.loads(SOLUTION.read_text())
-    visible = {ln.strip() for c in _cells(sol, "check") for ln in _src(c).splitlines()}
-    for cell in _cells(sol, "hidden-check"):
-        for line in _src(cell).splitlines():
-            if len(line.strip()) > 30 and line.strip() not in visible:
-                assert line.strip() not in released, line
-    for cell in _cells(sol, "answer"):  # the statements of the answers' bodies (not the docstrings)
-        src = _src(cell)
-        for fn in ast.parse(src).body:
-            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
-            for stmt in body:
-                first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
-                assert first not in released, first
+    CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
-    stubs = [_src(c) for c in _cells(ex, "answer")]
+    stubs = [cell_source(c) for c in tagged_cells(ex, "answer")]
     assert len(stubs) == 4 and all(s.count("    raise NotImplementedError(") == 1 for s in stubs)
-    assert not _cells(ex, "hidden-check") and not _cells(ex, "solution-only")
+    assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     assert "Instructor notes" not in EXERCISE.read_text()
 
 
@@ -378,42 +340,13 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
 }
 
 
-def _submission(folder: Path, name: str, answers: dict[str, str], base: str = "solution") -> Path:
-    nb = json.loads(EXERCISE.read_text())
-    sol = {c["id"]: _src(c) for c in _cells(json.loads(SOLUTION.read_text()), "answer")}
-    sources = dict(sol) if base == "solution" else {}
-    sources.update(answers)
-    for cell in nb["cells"]:
-        if cell.get("id") in sources:
-            cell["source"] = sources[cell["id"]]
-    path = folder / f"{name}.ipynb"
-    path.write_text(json.dumps(nb, indent=1))
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     folder, out = tmp_path_factory.mktemp("subs04"), tmp_path_factory.mktemp("grades04")
-    subs = {
-        "solution": SOLUTION,
-        "stub": EXERCISE,
-        "partial": _submission(folder, "partial", PARTIAL),
-        "rewritten": _submission(folder, "rewritten", REWRITTEN),
-        "one_exercise": _submission(folder, "one_exercise", {COUNT: REWRITTEN[COUNT]}, base="stub"),
-    }
+    subs = CHAPTER.submissions(folder, PARTIAL, REWRITTEN, one_exercise={COUNT: REWRITTEN[COUNT]})
     for name, (answers, _) in GAMING.items():
-        subs[name] = _submission(folder, name, answers, base="stub")
-    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(out / "grades.csv", newline="") as fh:
-        rows = {Path(r["submission"]).resolve(): r for r in csv.DictReader(fh)}
-    reports = {}
-    for name, path in subs.items():
-        row = rows[path.resolve()]
-        folder_name = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
-        reports[name] = (row, json.loads((folder_name / "report.json").read_text()), path)
-    return reports
+        subs[name] = CHAPTER.submission(folder, name, answers, base="stub")
+    return CHAPTER.grade(subs, out)
 
 
 EXPECTED = [
@@ -454,18 +387,18 @@ def _home_verdicts(answers: dict[str, str]) -> dict[str, bool]:
     visible check cell, in one namespace."""
     nb = json.loads(EXERCISE.read_text())
     ns: dict = {"__name__": "__main__"}
-    for cell in _cells(nb, "preamble"):
-        exec(compile(_src(cell), "<preamble>", "exec"), ns)
-    for cell in _cells(nb, "answer"):
+    for cell in tagged_cells(nb, "preamble"):
+        exec(compile(cell_source(cell), "<preamble>", "exec"), ns)
+    for cell in tagged_cells(nb, "answer"):
         try:
-            exec(compile(answers.get(cell["id"], _src(cell)), f"<answer {cell['id']}>", "exec"), ns)
+            exec(compile(answers.get(cell["id"], cell_source(cell)), f"<answer {cell['id']}>", "exec"), ns)
         except Exception:  # noqa: BLE001 - a broken answer cell: its checks fail
             pass
     out = {}
-    for i, cell in enumerate(_cells(nb, "check")):
+    for i, cell in enumerate(tagged_cells(nb, "check")):
         torch.manual_seed(2000 + i)
         try:
-            exec(compile(_src(cell), f"<check cell {i}>", "exec"), ns)
+            exec(compile(cell_source(cell), f"<check cell {i}>", "exec"), ns)
             out[cell["metadata"]["course"]["id"]] = True
         except Exception:  # noqa: BLE001 - the notebook shows a failed cell
             out[cell["metadata"]["course"]["id"]] = False
@@ -474,7 +407,6 @@ def _home_verdicts(answers: dict[str, str]) -> dict[str, bool]:
 
 def test_visible_checks_give_the_grader_verdict_at_home(graded):
     for name, (_, rep, path) in graded.items():
-        answers = {c["id"]: _src(c) for c in json.loads(path.read_text())["cells"] if "answer" in c["metadata"].get("tags", [])}
-        home = _home_verdicts(answers)
+        home = _home_verdicts(answer_sources(path))
         grader = {c["id"]: c["passed"] for c in rep["checks"] if not c["hidden"]}
         assert home == grader, (name, home, grader)

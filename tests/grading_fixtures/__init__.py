@@ -1,1 +1,3 @@
-"""Submissions for the grader's tests: honest, partial and adversarial (see cases.py)."""
+"""The grader's tests' shared helpers: chapters.py (a chapter's notebooks, reference answers,
+submissions, release check and ``course grade`` batch, for any chapter) and cases.py (chapter
+02's honest, partial and adversarial submissions)."""

@@ -1,0 +1,120 @@
+"""One chapter's graded exercises as its tests use them, for any chapter (``Chapter("03_bert")``):
+the tagged cells of a notebook, the reference answers, submissions made from the released
+notebook, the release check, and one ``course grade`` batch. (cases.py builds chapter 02's
+submissions for the sandbox and attack tests.)"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from course_lib.grading.release import release
+from course_lib.notebooks import check_notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tagged_cells(nb: dict, tag: str) -> list[dict]:
+    """The cells of the notebook ``nb`` that carry ``tag``, in order."""
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def cell_source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def answer_sources(path: Path) -> dict[str, str]:
+    """The answer cells of the notebook at ``path``: cell id -> source."""
+    return {c["id"]: cell_source(c) for c in tagged_cells(json.loads(path.read_text()), "answer")}
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A chapter's solution notebook and its released exercise notebook."""
+
+    name: str  # e.g. "03_bert"
+
+    @property
+    def solution(self) -> Path:
+        return ROOT / "solutions" / f"{self.name}.ipynb"
+
+    @property
+    def exercise(self) -> Path:
+        return ROOT / "exercises" / f"{self.name}.ipynb"
+
+    def reference(self) -> dict:
+        """The preamble and the reference answers, executed."""
+        nb = json.loads(self.solution.read_text())
+        ns: dict = {}
+        for cell in tagged_cells(nb, "preamble") + tagged_cells(nb, "answer"):
+            exec(cell_source(cell), ns)
+        return ns
+
+    def submission(self, folder: Path, name: str, answers: dict[str, str], base: str = "solution") -> Path:
+        """``folder/name.ipynb``: the released notebook with the answer cells of ``answers`` (cell
+        id -> source); the other answer cells are the solution's (``base="solution"``) or stay
+        stubs (``base="stub"``)."""
+        nb = json.loads(self.exercise.read_text())
+        sources = answer_sources(self.solution) if base == "solution" else {}
+        sources.update(answers)
+        for cell in nb["cells"]:
+            if cell.get("id") in sources:
+                cell["source"] = sources[cell["id"]]
+        path = folder / f"{name}.ipynb"
+        path.write_text(json.dumps(nb, indent=1))
+        return path
+
+    def submissions(self, folder: Path, partial: dict[str, str], rewritten: dict[str, str],
+                    one_exercise: dict[str, str]) -> dict[str, Path]:
+        """The solution, the stub, the solution with the ``partial`` and with the ``rewritten``
+        answers, and the stub with the ``one_exercise`` answers (name -> notebook)."""
+        return {
+            "solution": self.solution,
+            "stub": self.exercise,
+            "partial": self.submission(folder, "partial", partial),
+            "rewritten": self.submission(folder, "rewritten", rewritten),
+            "one_exercise": self.submission(folder, "one_exercise", one_exercise, base="stub"),
+        }
+
+    def assert_released(self) -> None:
+        """The released notebook is up to date and both notebooks are valid; the released one
+        holds no line of a hidden check (other than the visible checks' lines) and no statement
+        of an answer's body (the docstrings excepted)."""
+        target, fresh = release(self.solution, self.exercise.parent, check=True)
+        assert fresh, f"exercises/{self.name}.ipynb is out of date: run `course release {self.name}`"
+        assert check_notebook(self.solution) == [] and check_notebook(self.exercise) == []
+        released = {ln.strip() for c in json.loads(self.exercise.read_text())["cells"] for ln in cell_source(c).splitlines()}
+        sol = json.loads(self.solution.read_text())
+        visible = {ln.strip() for c in tagged_cells(sol, "check") for ln in cell_source(c).splitlines()}
+        for cell in tagged_cells(sol, "hidden-check"):
+            for line in cell_source(cell).splitlines():
+                if len(line.strip()) > 30 and line.strip() not in visible:
+                    assert line.strip() not in released, line
+        for cell in tagged_cells(sol, "answer"):
+            src = cell_source(cell)
+            for fn in ast.parse(src).body:
+                body = fn.body[1:] if ast.get_docstring(fn) else fn.body
+                for stmt in body:
+                    first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
+                    assert first not in released, first
+
+    @staticmethod
+    def grade(subs: dict[str, Path], out: Path) -> dict[str, tuple[dict, dict, Path]]:
+        """``course grade`` on ``subs`` (name -> notebook) with two jobs, in a subprocess:
+        name -> (its row of grades.csv, its report.json, the notebook)."""
+        cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(out / "grades.csv", newline="") as fh:
+            rows = {Path(r["submission"]).resolve(): r for r in csv.DictReader(fh)}
+        reports = {}
+        for name, path in subs.items():
+            row = rows[path.resolve()]
+            folder = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
+            reports[name] = (row, json.loads((folder / "report.json").read_text()), path)
+        return reports
