@@ -39,6 +39,9 @@ __all__ = [
     "SequenceClassifierOutput",
     "TokenClassifierOutput",
     "linear_names",
+    "embedding_names",
+    "layer_names",
+    "BERT_LAYER_NAMES",
     "bert_body_names",
     "load_hf_state_dict",
     "HFBody",
@@ -49,6 +52,7 @@ __all__ = [
     "HEADS_ROBERTA_MLM",
     "HEADS_ROBERTA_CLASSIFIER",
     "AlbertForPreTrainingOutput",
+    "ALBERT_LAYER_NAMES",
     "albert_body_names",
     "HEADS_ALBERT_MLM",
     "HEADS_ALBERT_PRETRAINING",
@@ -282,25 +286,58 @@ def linear_names(ours: str, theirs: str) -> dict[str, str]:
     return {f"{ours}.weight": f"{theirs}.weight", f"{ours}.bias": f"{theirs}.bias"}
 
 
-def bert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
-    """Our parameter name -> Hugging Face's, for the embeddings, the encoder and the pooler."""
-    o, t = (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
-    names = {
+# One encoder layer's sub-layers, per family: our name -> Hugging Face's, each inside its layer.
+BERT_LAYER_NAMES = {
+    "attention.w_q": "attention.self.query",
+    "attention.w_k": "attention.self.key",
+    "attention.w_v": "attention.self.value",
+    "attention.w_o": "attention.output.dense",
+    "attention_norm": "attention.output.LayerNorm",
+    "ffn.linear1": "intermediate.dense",
+    "ffn.linear2": "output.dense",
+    "ffn_norm": "output.LayerNorm",
+}
+ALBERT_LAYER_NAMES = {
+    "attention.w_q": "attention.query",
+    "attention.w_k": "attention.key",
+    "attention.w_v": "attention.value",
+    "attention.w_o": "attention.dense",
+    "attention_norm": "attention.LayerNorm",
+    "ffn.linear1": "ffn",
+    "ffn.linear2": "ffn_output",
+    "ffn_norm": "full_layer_layer_norm",
+}
+
+
+def _prefixes(ours: str, theirs: str) -> tuple[str, str]:
+    return (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
+
+
+def embedding_names(o: str, t: str) -> dict[str, str]:
+    """The three embedding tables and their LayerNorm (``o``, ``t``: prefixes, ``""`` or ending in ``.``)."""
+    return {
         f"{o}embeddings.word_embeddings.weight": f"{t}embeddings.word_embeddings.weight",
         f"{o}embeddings.position_embeddings.weight": f"{t}embeddings.position_embeddings.weight",
         f"{o}embeddings.token_type_embeddings.weight": f"{t}embeddings.token_type_embeddings.weight",
         **linear_names(f"{o}embeddings.norm", f"{t}embeddings.LayerNorm"),
     }
+
+
+def layer_names(ours: str, theirs: str, sublayers: Mapping[str, str]) -> dict[str, str]:
+    """One encoder layer, ours at path ``ours`` and theirs at ``theirs``: the weight and bias of
+    each sub-layer of the family's table (:data:`BERT_LAYER_NAMES`, :data:`ALBERT_LAYER_NAMES`)."""
+    names: dict[str, str] = {}
+    for mine, hf in sublayers.items():
+        names.update(linear_names(f"{ours}.{mine}", f"{theirs}.{hf}"))
+    return names
+
+
+def bert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[str, str]:
+    """Our parameter name -> Hugging Face's, for the embeddings, the encoder and the pooler."""
+    o, t = _prefixes(ours, theirs)
+    names = embedding_names(o, t)
     for i in range(config.num_hidden_layers):
-        me, hf = f"{o}encoder.layers.{i}", f"{t}encoder.layer.{i}"
-        names.update(linear_names(f"{me}.attention.w_q", f"{hf}.attention.self.query"))
-        names.update(linear_names(f"{me}.attention.w_k", f"{hf}.attention.self.key"))
-        names.update(linear_names(f"{me}.attention.w_v", f"{hf}.attention.self.value"))
-        names.update(linear_names(f"{me}.attention.w_o", f"{hf}.attention.output.dense"))
-        names.update(linear_names(f"{me}.attention_norm", f"{hf}.attention.output.LayerNorm"))
-        names.update(linear_names(f"{me}.ffn.linear1", f"{hf}.intermediate.dense"))
-        names.update(linear_names(f"{me}.ffn.linear2", f"{hf}.output.dense"))
-        names.update(linear_names(f"{me}.ffn_norm", f"{hf}.output.LayerNorm"))
+        names.update(layer_names(f"{o}encoder.layers.{i}", f"{t}encoder.layer.{i}", BERT_LAYER_NAMES))
     if pooler:
         names.update(linear_names(f"{o}pooler.dense", f"{t}pooler.dense"))
     return names
@@ -316,28 +353,14 @@ def albert_body_names(config, ours: str, theirs: str, *, pooler: bool) -> dict[s
             f"sharing={config.sharing!r} has no Hugging Face counterpart (transformers shares whole "
             "layers only, sharing='all' with groups)"
         )
-    o, t = (f"{ours}." if ours else ""), (f"{theirs}." if theirs else "")
-    names = {
-        f"{o}embeddings.word_embeddings.weight": f"{t}embeddings.word_embeddings.weight",
-        f"{o}embeddings.position_embeddings.weight": f"{t}embeddings.position_embeddings.weight",
-        f"{o}embeddings.token_type_embeddings.weight": f"{t}embeddings.token_type_embeddings.weight",
-        **linear_names(f"{o}embeddings.norm", f"{t}embeddings.LayerNorm"),
-        **linear_names(f"{o}encoder.embedding_hidden_mapping_in", f"{t}encoder.embedding_hidden_mapping_in"),
-    }
+    o, t = _prefixes(ours, theirs)
+    names = embedding_names(o, t)
+    projection = "encoder.embedding_hidden_mapping_in"  # E -> H, the same name in both
+    names.update(linear_names(f"{o}{projection}", f"{t}{projection}"))
     inner = config.inner_group_num
     for k in range(config.num_hidden_groups * inner):
-        me, hf = (
-            f"{o}encoder.layers.{k}",
-            f"{t}encoder.albert_layer_groups.{k // inner}.albert_layers.{k % inner}",
-        )
-        names.update(linear_names(f"{me}.attention.w_q", f"{hf}.attention.query"))
-        names.update(linear_names(f"{me}.attention.w_k", f"{hf}.attention.key"))
-        names.update(linear_names(f"{me}.attention.w_v", f"{hf}.attention.value"))
-        names.update(linear_names(f"{me}.attention.w_o", f"{hf}.attention.dense"))
-        names.update(linear_names(f"{me}.attention_norm", f"{hf}.attention.LayerNorm"))
-        names.update(linear_names(f"{me}.ffn.linear1", f"{hf}.ffn"))
-        names.update(linear_names(f"{me}.ffn.linear2", f"{hf}.ffn_output"))
-        names.update(linear_names(f"{me}.ffn_norm", f"{hf}.full_layer_layer_norm"))
+        hf = f"{t}encoder.albert_layer_groups.{k // inner}.albert_layers.{k % inner}"
+        names.update(layer_names(f"{o}encoder.layers.{k}", hf, ALBERT_LAYER_NAMES))
     if pooler:
         names.update(linear_names(f"{o}pooler.dense", f"{t}pooler"))
     return names
