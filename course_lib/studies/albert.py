@@ -29,8 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from ..analysis.layers import layer_transitions
 from ..data import load_documents
 from ..data.tasks import nsp_pairs, sop_pairs
@@ -169,7 +167,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
 register_study(
     Study(
         name="04_albert",
-        description="ALBERT: factorisation, sharing, SOP vs NSP vs MLM alone, dropout (7 pretrainings per seed)",
+        description="ALBERT: factorisation, sharing, SOP vs NSP vs MLM only, dropout (7 pretrainings a seed)",
         settings={"full": SETTINGS, "quick": QUICK},
         run=run,
     )
