@@ -15,6 +15,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from torch import nn
 
 from .device import autocast
 
-__all__ = ["History", "fit", "to_device", "warmup_cosine", "model_device"]
+__all__ = ["History", "evaluating", "fit", "to_device", "warmup_cosine", "model_device"]
 
 
 @dataclass
@@ -102,6 +103,19 @@ def model_device(model: nn.Module) -> torch.device:
     for t in model.buffers():
         return t.device
     return torch.device("cpu")
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no gradients inside; the model's training mode is restored
+    afterwards, also when the body raises."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

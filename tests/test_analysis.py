@@ -46,18 +46,29 @@ def test_layer_transitions_match_a_token_by_token_computation():
 
     torch.manual_seed(0)
     model = AlbertForPreTraining(
-        AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                     intermediate_size=32, sharing="none")
+        AlbertConfig(
+            vocab_size=50,
+            embedding_size=8,
+            hidden_size=16,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            intermediate_size=32,
+            sharing="none",
+        )
     )
     ids = torch.randint(5, 50, (3, 7))
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0
     mask[2, 2:] = 0
     types = (torch.arange(7) >= 3).long().expand(3, 7).clone()
-    got = layer_transitions(model, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}, batch_size=2)
+    got = layer_transitions(
+        model, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}, batch_size=2
+    )
     model.eval()
     with torch.no_grad():
-        hs = model.albert(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True).hidden_states
+        hs = model.albert(
+            ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True
+        ).hidden_states
     assert len(got["l2"]) == len(got["cosine"]) == 3
     for layer in range(3):
         l2, cos, n = 0.0, 0.0, 0
@@ -82,12 +93,16 @@ def test_topic_matcher_reads_topics_and_only_guesses_on_order():
     from course_lib.data.corpus import Document, Sentence
     from course_lib.recipes.bert import pretraining_examples, train_tokenizer
 
-    words = {"fruit": "apple pear plum fig lime kiwi".split(), "cars": "engine wheel brake gear axle tyre".split()}
+    words = {
+        "fruit": "apple pear plum fig lime kiwi".split(),
+        "cars": "engine wheel brake gear axle tyre".split(),
+    }
     rng = random.Random(0)
 
     def doc(topic):
         return Document(
-            tuple(Sentence(tuple(rng.choices(words[topic], k=6)) + (".",), topic=topic) for _ in range(8)), topic=topic
+            tuple(Sentence(tuple(rng.choices(words[topic], k=6)) + (".",), topic=topic) for _ in range(8)),
+            topic=topic,
         )
 
     docs = [doc(t) for t in ("fruit", "cars") * 20]

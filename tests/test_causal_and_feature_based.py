@@ -188,3 +188,29 @@ def test_greedy_generation_and_its_statistics(masked, causal):
     assert stats == {"full_stop_share": 2 / 6, "distinct_share": (3 + 2) / 6, "repeat_share": 1 / 6}
     with pytest.raises(ValueError, match="no words"):
         generation_statistics(["", " "])
+
+
+def test_causal_evaluation_refuses_a_masked_lm_and_restores_the_mode(causal, masked, docs):
+    model, tok, _ = causal
+    ex = pretraining_examples(docs[:4], tok, max_len=32, nsp=False, seed=3)
+    with pytest.raises(ValueError, match="left-to-right"):
+        evaluate_causal_lm(masked[0], ex)
+    model.train()
+    evaluate_causal_lm(model, ex)
+    assert model.training
+    model.eval()
+
+
+def test_greedy_generation_runs_without_dropout_and_restores_the_mode(masked):
+    model, tok, _ = masked
+    modes = []
+    hook = model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
+    try:
+        model.train()  # as a caller might leave it: greedy decoding must still switch dropout off
+        generate_greedy(model, tok, "the cat", 3)
+        hidden_word_accuracy(model, tok, ["the cat sat on the mat ."], seed=0)
+    finally:
+        hook.remove()
+    assert modes and not any(modes)
+    assert model.training  # the caller's mode is restored
+    model.eval()

@@ -1,8 +1,23 @@
-"""Analysis of trained models: probes, layer vectors, minimal pairs and attention-head scores.
+"""Analysis of trained models: probes, layer vectors, minimal pairs, attention-head scores, and
+autoregressive vs autoencoding scoring and generation (``ar_ae``).
 
 This layer sits above the models and the data (it runs models on data); the chapters import it.
 """
 
+from .ar_ae import (
+    FILL_ORDERS,
+    fill_masks,
+    inconsistent_mass,
+    mask_discrepancy,
+    next_token_log_probs,
+    next_tokens,
+    normalise_grid,
+    pair_joint,
+    perplexity,
+    pseudo_log_likelihood,
+    sample_causal,
+    sequence_log_likelihood,
+)
 from .attention import WordAttention, head_scores, word_attention
 from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
 from .layers import layer_transitions, layer_vectors
@@ -11,6 +26,18 @@ from .probes import linear_probe, normalise_layers, train_probe
 from .topics import TopicMatcher
 
 __all__ = [
+    "FILL_ORDERS",
+    "fill_masks",
+    "inconsistent_mass",
+    "mask_discrepancy",
+    "next_token_log_probs",
+    "next_tokens",
+    "normalise_grid",
+    "pair_joint",
+    "perplexity",
+    "pseudo_log_likelihood",
+    "sample_causal",
+    "sequence_log_likelihood",
     "SIDES",
     "TopicMatcher",
     "generate_greedy",

@@ -56,14 +56,13 @@ the right (``attention_mask``: 1 = real token, 0 = padding).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..train import model_device
+from ..train import evaluating, model_device
 from .cloze import _is_causal
 
 __all__ = [
@@ -87,18 +86,6 @@ FILL_ORDERS = ("left_to_right", "most_confident")
 # ---------------------------------------------------------------------------------------
 # Checks and shared steps
 # ---------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _evaluating(model: nn.Module) -> Iterator[None]:
-    """Eval mode and no gradients inside; the model's training mode restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
 
 
 def _need_causal(model: nn.Module, what: str) -> None:
@@ -218,7 +205,7 @@ def next_token_log_probs(
     ``t = 1 .. seq_len - 1``, and 0 where :math:`x_t` is padding. One forward pass."""
     _need_causal(causal_model, "next_token_log_probs")
     ids, att, _ = _batch(causal_model, input_ids, attention_mask)
-    with _evaluating(causal_model):
+    with evaluating(causal_model):
         logp = torch.log_softmax(_lm_logits(causal_model, input_ids=ids, attention_mask=att)[:, :-1], -1)
     # the logits at t - 1 score the token at t
     picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
@@ -278,7 +265,7 @@ def pseudo_log_likelihood(
     scored = att.bool() & ~torch.isin(ids, skip.to(ids.device))
     rows, cols = scored.nonzero(as_tuple=True)  # one masked copy per (sequence, position)
     total = torch.zeros(ids.size(0), device=ids.device)
-    with _evaluating(mlm_model):
+    with evaluating(mlm_model):
         for start in range(0, rows.numel(), chunk_size):
             r, c = rows[start : start + chunk_size], cols[start : start + chunk_size]
             n = torch.arange(r.numel(), device=ids.device)
@@ -342,7 +329,7 @@ def pair_joint(
     if not _is_causal(model):
         x = ids.clone()
         x[0, [i, j]] = _vocab_id(model, mask_token_id, "mask_token_id")
-        with _evaluating(model):
+        with evaluating(model):
             logits = _lm_logits(model, input_ids=x, attention_mask=att, token_type_ids=token_type_ids)
         p = torch.softmax(logits[0, [i, j]], -1)
         return (p[0, ci][:, None] * p[1, cj][None, :]).cpu()
@@ -352,7 +339,7 @@ def pair_joint(
     x = ids.expand(k, -1).clone()
     x[:, i] = ci  # one variant per candidate a; what stands at j does not matter (it is scored)
     tt = None if token_type_ids is None else token_type_ids.expand(k, -1)
-    with _evaluating(model):
+    with evaluating(model):
         logp = torch.log_softmax(
             _lm_logits(model, input_ids=x, attention_mask=att.expand(k, -1), token_type_ids=tt), -1
         )
@@ -466,7 +453,7 @@ def fill_masks(
     x[:, where] = mask_token_id
     left = torch.ones(ids.size(0), len(pos), dtype=torch.bool, device=ids.device)
     filled_in = []
-    with _evaluating(mlm_model):
+    with evaluating(mlm_model):
         for _ in pos:
             logits = _lm_logits(mlm_model, input_ids=x, attention_mask=att)[:, where]  # [B, R, V]
             if order == "left_to_right":
@@ -518,7 +505,7 @@ def sample_causal(
     if eos_token_id is not None:
         eos_token_id = _vocab_id(causal_model, eos_token_id, "eos_token_id")
     done = torch.zeros(x.size(0), dtype=torch.bool, device=x.device)
-    with _evaluating(causal_model):
+    with evaluating(causal_model):
         for _ in range(n_tokens):
             logits = _ban(_lm_logits(causal_model, input_ids=x)[:, -1], banned)
             token = next_tokens(logits, temperature=temperature, generator=generator)
@@ -583,7 +570,7 @@ def mask_discrepancy(
     compared = candidate.to(ids.device) & ~masked
     if not bool(compared.any()):
         raise ValueError("no token to compare: every sequence lacks a real, non-special token")
-    with _evaluating(mlm_model):
+    with evaluating(mlm_model):
         runs = []
         for x in (ids, ids.masked_fill(masked, mask_token_id)):
             out = mlm_model(input_ids=x, attention_mask=att, output_hidden_states=True)

@@ -43,7 +43,8 @@ class TopicMatcher:
             if getattr(d, "topic", None) is None:
                 continue
             ids = [i for e in tokenizer.encode_batch([s.text for s in d.sentences]) for i in e.ids]
-            counts[self.topics.index(d.topic)] += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab)
+            row = self.topics.index(d.topic)
+            counts[row] += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=vocab)
         self.log_p_topic = (counts / counts.sum(0)).log()  # log p(topic | token): [topics, vocab]
         self.specials = torch.tensor(sorted(set(special_ids(tokenizer).values())))
 

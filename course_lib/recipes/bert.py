@@ -101,7 +101,7 @@ from ..objectives import (
     pretraining_loss,
     trim_padding,
 )
-from ..train import History, fit, model_device
+from ..train import History, evaluating, fit, model_device
 from .common import (
     MODEL_CLASSES,
     TrainingOptions,
@@ -436,21 +436,24 @@ def evaluate_causal_lm(
     """A left-to-right LM on held-out ``examples`` (unmasked): ``lm_loss`` (mean next-token
     cross-entropy, nats) and ``lm_accuracy`` (top-1 next token), over every real token after
     the first."""
-    was_training = model.training
-    model.eval()
+    if not getattr(getattr(model, "config", None), "is_decoder", False):
+        raise ValueError(
+            "evaluate_causal_lm needs a left-to-right LM (config.is_decoder=True), got "
+            f"{type(model).__name__}; score a masked LM with evaluate_mlm"
+        )
     device = model_device(model)
     loss_sum, correct, total = 0.0, 0, 0
-    for i in range(0, examples["input_ids"].size(0), batch_size):
-        fields = ("input_ids", "attention_mask", "token_type_ids")
-        batch = {k: v[i : i + batch_size] for k, v in examples.items() if k in fields}
-        batch = {k: v.to(device) for k, v in trim_padding(batch).items()}
-        logits = model(**batch).logits[:, :-1].float()
-        target = batch["input_ids"][:, 1:]
-        real = batch["attention_mask"][:, 1:].bool() if "attention_mask" in batch else target >= 0
-        loss_sum += F.cross_entropy(logits[real], target[real], reduction="sum").item()
-        correct += int((logits[real].argmax(-1) == target[real]).sum())
-        total += int(real.sum())
-    model.train(was_training)
+    with evaluating(model):
+        for i in range(0, examples["input_ids"].size(0), batch_size):
+            fields = ("input_ids", "attention_mask", "token_type_ids")
+            batch = {k: v[i : i + batch_size] for k, v in examples.items() if k in fields}
+            batch = {k: v.to(device) for k, v in trim_padding(batch).items()}
+            logits = model(**batch).logits[:, :-1].float()
+            target = batch["input_ids"][:, 1:]
+            real = batch["attention_mask"][:, 1:].bool() if "attention_mask" in batch else target >= 0
+            loss_sum += F.cross_entropy(logits[real], target[real], reduction="sum").item()
+            correct += int((logits[real].argmax(-1) == target[real]).sum())
+            total += int(real.sum())
     return {"lm_loss": loss_sum / max(total, 1), "lm_accuracy": correct / max(total, 1)}
 
 
