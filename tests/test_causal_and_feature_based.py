@@ -200,17 +200,3 @@ def test_causal_evaluation_refuses_a_masked_lm_and_restores_the_mode(causal, mas
     assert model.training
     model.eval()
 
-
-def test_greedy_generation_runs_without_dropout_and_restores_the_mode(masked):
-    model, tok, _ = masked
-    modes = []
-    hook = model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
-    try:
-        model.train()  # as a caller might leave it: greedy decoding must still switch dropout off
-        generate_greedy(model, tok, "the cat", 3)
-        hidden_word_accuracy(model, tok, ["the cat sat on the mat ."], seed=0)
-    finally:
-        hook.remove()
-    assert modes and not any(modes)
-    assert model.training  # the caller's mode is restored
-    model.eval()

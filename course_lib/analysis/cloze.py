@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.tokenizers import special_ids
-from ..train import evaluating, model_device
+from ..train import model_device
 
 __all__ = ["SIDES", "hidden_word_accuracy", "generate_greedy", "generation_statistics"]
 
@@ -62,34 +62,33 @@ def hidden_word_accuracy(
     where = [int(torch.randint(1, len(ids) - 2, (), generator=g)) for ids in encoded]
     targets = torch.tensor([ids[p] for ids, p in zip(encoded, where)])
     m = ids_of["mask"]
-    with evaluating(model):  # no dropout; the model's mode is restored
-        sides = ("right side hidden",) if _is_causal(model) else SIDES
-        result = {}
-        for side in sides:
-            seqs, visible = [], []
-            for ids, p in zip(encoded, where):
-                n = len(ids)
-                keep = [True] * n
-                if side == "right side hidden":
-                    keep[p + 1 : n - 1] = [False] * (n - 2 - p)
-                elif side == "left side hidden":
-                    keep[1:p] = [False] * (p - 1)
-                x = list(ids)
-                if not _is_causal(model):
-                    x[p] = m
-                    if hide == "mask":
-                        x = [t if k else m for t, k in zip(x, keep)]
-                        keep = [True] * n
-                seqs.append(torch.tensor(x))
-                visible.append(torch.tensor(keep))
-            x = nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=ids_of["pad"]).to(device)
-            att = nn.utils.rnn.pad_sequence(visible, batch_first=True, padding_value=False).long().to(device)
-            if _is_causal(model):
-                att = (x != ids_of["pad"]).long()  # it never looks right anyway
-            logits = _logits(model, x, att)
-            read_at = torch.tensor(where) - (1 if _is_causal(model) else 0)  # a causal LM predicts t from t-1
-            pred = logits[torch.arange(len(seqs)), read_at.to(device)].argmax(-1).cpu()
-            result[side] = (pred == targets).float().mean().item()
+    sides = ("right side hidden",) if _is_causal(model) else SIDES
+    result = {}
+    for side in sides:
+        seqs, visible = [], []
+        for ids, p in zip(encoded, where):
+            n = len(ids)
+            keep = [True] * n
+            if side == "right side hidden":
+                keep[p + 1 : n - 1] = [False] * (n - 2 - p)
+            elif side == "left side hidden":
+                keep[1:p] = [False] * (p - 1)
+            x = list(ids)
+            if not _is_causal(model):
+                x[p] = m
+                if hide == "mask":
+                    x = [t if k else m for t, k in zip(x, keep)]
+                    keep = [True] * n
+            seqs.append(torch.tensor(x))
+            visible.append(torch.tensor(keep))
+        x = nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=ids_of["pad"]).to(device)
+        att = nn.utils.rnn.pad_sequence(visible, batch_first=True, padding_value=False).long().to(device)
+        if _is_causal(model):
+            att = (x != ids_of["pad"]).long()  # it never looks right anyway
+        logits = _logits(model, x, att)
+        read_at = torch.tensor(where) - (1 if _is_causal(model) else 0)  # a causal LM predicts t from t-1
+        pred = logits[torch.arange(len(seqs)), read_at.to(device)].argmax(-1).cpu()
+        result[side] = (pred == targets).float().mean().item()
     return result
 
 
@@ -104,16 +103,15 @@ def generate_greedy(model: nn.Module, tokenizer, prompt: str, n_tokens: int) -> 
     device = model_device(model)
     x = tokenizer.encode(prompt).ids[:-1]  # drop the final [SEP]
     banned = sorted(set(ids_of.values()))
-    with evaluating(model):  # greedy means no dropout
-        for _ in range(n_tokens):
-            if _is_causal(model):
-                inputs = torch.tensor([x], device=device)
-                logits = model(input_ids=inputs).logits[0, -1]
-            else:
-                inputs = torch.tensor([x + [ids_of["mask"], ids_of["sep"]]], device=device)
-                logits = model(input_ids=inputs).mlm_logits[0, len(x)]
-            logits[banned] = float("-inf")
-            x.append(int(logits.argmax()))
+    for _ in range(n_tokens):
+        if _is_causal(model):
+            inputs = torch.tensor([x], device=device)
+            logits = model(input_ids=inputs).logits[0, -1]
+        else:
+            inputs = torch.tensor([x + [ids_of["mask"], ids_of["sep"]]], device=device)
+            logits = model(input_ids=inputs).mlm_logits[0, len(x)]
+        logits[banned] = float("-inf")
+        x.append(int(logits.argmax()))
     return tokenizer.decode(x[1:])
 
 
