@@ -32,7 +32,9 @@ def _check(results, layers):
             if "accuracy" in metric:
                 assert 0.0 <= results[arm][metric] <= 1.0
         assert len(results[arm]["layer_l2"]) == len(results[arm]["layer_cosine"]) == layers
-        assert all(-1.0 <= c <= 1.0 for c in results[arm]["layer_cosine"]) and all(d >= 0 for d in results[arm]["layer_l2"])
+        assert all(-1.0 <= c <= 1.0 for c in results[arm]["layer_cosine"]) and all(
+            d >= 0 for d in results[arm]["layer_l2"]
+        )
     for task in ("sop", "nsp"):
         assert set(results[f"transfer_{task}"]) == STARTS
     # the same shape gives the same count; sharing and a narrow E each remove parameters
@@ -51,3 +53,10 @@ def test_quick_run_writes_every_arm_and_metric(tmp_path):
     (tmp_path / "04_albert.json").write_text(out.read_text())
     with pytest.raises(ValueError, match="quick"):
         load_study("04_albert", root=tmp_path)
+
+
+def test_committed_results_hold_three_seeds_of_every_arm_and_metric():
+    study = load_study("04_albert")  # refuses results of another spec or a quick run
+    assert study.seeds == [0, 1, 2]
+    for seed in study.seeds:
+        _check(study.results[seed], SETTINGS["model"]["num_hidden_layers"])
