@@ -1,8 +1,11 @@
 """course_lib.analysis.ar_ae: AR vs AE language models, checked against brute force on tiny
-random models (each check beside a deliberately wrong computation that it would catch)."""
+random models (each check beside a deliberately wrong computation that it would catch); the
+right-to-left LM (reversed rows, the recipe's ``direction``, ``course pretrain-bert --causal``),
+one hidden token from either side and the grid of two-word names."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from types import SimpleNamespace
@@ -12,19 +15,33 @@ import torch
 from torch import nn
 
 from course_lib.analysis.ar_ae import (
+    cloze_log_probs,
     fill_masks,
+    find_name,
     inconsistent_mass,
     mask_discrepancy,
+    name_joints,
+    name_pairs,
     next_token_log_probs,
     normalise_grid,
     pair_joint,
     perplexity,
+    product_of_experts,
     pseudo_log_likelihood,
     sample_causal,
     sequence_log_likelihood,
 )
+from course_lib.cli import main as course_main
+from course_lib.data.tasks import name_documents, name_sentences, two_word_cities
 from course_lib.models.bert import BertConfig, BertForMaskedLM, BertLMHeadModel
-from course_lib.recipes.bert import evaluate_causal_lm
+from course_lib.objectives import reverse_sequences
+from course_lib.recipes.bert import (
+    evaluate_causal_lm,
+    load_pretrained_bert,
+    pretrain_bert,
+    pretraining_examples,
+    train_tokenizer,
+)
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4  # ids 0-4 play [PAD] [UNK] [CLS] [SEP] [MASK]
 TINY = dict(
@@ -410,3 +427,225 @@ def test_bad_inputs_raise_clear_errors(models):
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+RECIPE_TINY = dict(steps=12, batch_size=8, max_len=32, device="cpu", progress=False)
+
+# ---------------------------------------------------------------------------------------
+# reversed rows
+# ---------------------------------------------------------------------------------------
+
+
+def test_reverse_sequences_reverses_the_real_tokens_only_and_twice_is_identity():
+    ids, att = _padded_batch()
+    batch = {
+        "input_ids": ids,
+        "attention_mask": att,
+        "token_type_ids": torch.arange(9).expand(3, 9),
+        "y": ids[:, 0],
+    }
+    r = reverse_sequences(batch)
+    for row in range(3):
+        n = int(att[row].sum())
+        assert r["input_ids"][row, :n].tolist() == ids[row, :n].flip(0).tolist()  # [SEP] ... [CLS]
+        assert r["input_ids"][row, n:].tolist() == ids[row, n:].tolist()  # padding stays on the right
+        assert r["token_type_ids"][row, :n].tolist() == list(range(n))[::-1]
+    assert torch.equal(r["attention_mask"], att) and torch.equal(r["y"], batch["y"])  # not a [B, T] field
+    again = reverse_sequences(r)
+    assert all(torch.equal(again[k], batch[k]) for k in batch)
+    with pytest.raises(ValueError, match="right padding"):
+        reverse_sequences({"input_ids": ids, "attention_mask": att.flip(1)})
+    with pytest.raises(ValueError, match="attention_mask"):
+        reverse_sequences({"input_ids": ids})
+
+
+# ---------------------------------------------------------------------------------------
+# one hidden token
+# ---------------------------------------------------------------------------------------
+
+
+def test_cloze_log_probs_of_a_masked_lm_masks_one_position_at_a_time(models):
+    mlm, _ = models
+    ids, att = _padded_batch()
+    positions = [(0, 3), (1, 1), (2, 2), (0, 7)]
+    got = cloze_log_probs(mlm, ids, positions, attention_mask=att, mask_token_id=MASK, chunk_size=3)
+    for k, (r, t) in enumerate(positions):
+        x = ids[r : r + 1].clone()
+        x[0, t] = MASK
+        with torch.no_grad():
+            want = torch.log_softmax(mlm(input_ids=x, attention_mask=att[r : r + 1]).mlm_logits[0, t], -1)
+        torch.testing.assert_close(got[k], want, atol=1e-5, rtol=0)
+    # the wrong thing: not masking the position (the model then sees the answer)
+    with torch.no_grad():
+        unmasked = torch.log_softmax(mlm(input_ids=ids[:1], attention_mask=att[:1]).mlm_logits[0, 3], -1)
+    assert (got[0] - unmasked).abs().max() > 1e-3
+
+
+def test_cloze_log_probs_left_to_right_reads_only_the_left_side(models):
+    _, lm = models
+    ids, att = _padded_batch()
+    got = cloze_log_probs(lm, ids, [(0, 4), (2, 2)], attention_mask=att)
+    picked = next_token_log_probs(lm, ids, att)  # column t - 1: log p(x_t | x_<t)
+    assert got[0, ids[0, 4]].item() == pytest.approx(picked[0, 3].item(), abs=1e-5)
+    assert got[1, ids[2, 2]].item() == pytest.approx(picked[2, 1].item(), abs=1e-5)
+    changed = ids.clone()
+    changed[0, 4:] = 7  # the token itself and everything after it
+    torch.testing.assert_close(cloze_log_probs(lm, changed, [(0, 4)], attention_mask=att)[0], got[0])
+    with pytest.raises(ValueError, match="first token"):
+        cloze_log_probs(lm, ids, [(0, 0)], attention_mask=att)
+
+
+def test_cloze_log_probs_right_to_left_reads_only_the_right_side(models):
+    _, lm = models  # any causal LM; "right to left" means it reads each row reversed
+    ids, att = _padded_batch()
+    got = cloze_log_probs(lm, ids, [(1, 2)], attention_mask=att, direction="right_to_left")
+    n = int(att[1].sum())  # 6: the reversed row is ids[1, 5], ids[1, 4], ..., ids[1, 0]
+    rev = ids[1, :n].flip(0)
+    with torch.no_grad():
+        want = torch.log_softmax(
+            lm(input_ids=rev[None, : n - 1 - 2]).logits[0, -1], -1
+        )  # reads x_5, x_4, x_3
+    torch.testing.assert_close(got[0], want, atol=1e-5, rtol=0)
+    changed = ids.clone()
+    changed[1, :3] = 9  # the token and everything to its left
+    torch.testing.assert_close(
+        cloze_log_probs(lm, changed, [(1, 2)], attention_mask=att, direction="right_to_left")[0], got[0]
+    )
+    with pytest.raises(ValueError, match="last token"):
+        cloze_log_probs(lm, ids, [(1, n - 1)], attention_mask=att, direction="right_to_left")
+    with pytest.raises(ValueError, match="not a real token"):
+        cloze_log_probs(lm, ids, [(2, 5)], attention_mask=att)  # padding
+    with pytest.raises(ValueError, match="direction"):
+        cloze_log_probs(lm, ids, [(1, 2)], attention_mask=att, direction="both")
+
+
+def test_product_of_experts_is_the_normalised_product():
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.log_softmax(torch.randn(3, 7, generator=g), -1) for _ in range(2))
+    got = product_of_experts(a, b).exp()
+    want = a.exp() * b.exp()
+    torch.testing.assert_close(got, want / want.sum(-1, keepdim=True))
+    assert (got.sum(-1) - 1).abs().max() < 1e-6
+    with pytest.raises(ValueError, match="two"):
+        product_of_experts(a)
+    with pytest.raises(ValueError, match="shape"):
+        product_of_experts(a, b[:, :3])
+
+
+# ---------------------------------------------------------------------------------------
+# two-word names
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def city_tokenizer():
+    docs = name_documents(300, seed=0)
+    return train_tokenizer(docs, vocab_size=600)
+
+
+def test_two_word_cities_and_name_documents():
+    cities = two_word_cities()
+    assert ("New", "York") in cities and ("Los", "Angeles") in cities and all(len(c) == 2 for c in cities)
+    assert ("Salt", "Lake") not in cities  # three words
+    docs = name_documents(12, seed=3, per_document=5)
+    assert [len(d) for d in docs] == [5, 5, 2]
+    assert [x for d in docs for x in d] == [s.text for s in name_sentences(12, seed=3)]
+    with pytest.raises(ValueError, match="per_document"):
+        name_documents(3, per_document=0)
+
+
+def test_name_pairs_builds_the_grid_and_find_name_finds_each_name(city_tokenizer):
+    tok = city_tokenizer
+    pairs = name_pairs(tok, [("New", "York"), ("New", "Delhi"), ("Los", "Angeles"), ("Xqzv", "Wpx")])
+    assert pairs.names == [("New", "York"), ("New", "Delhi"), ("Los", "Angeles")]  # Xqzv is no single token
+    assert pairs.row_words == ["New", "Los"] and pairs.col_words == ["York", "Delhi", "Angeles"]
+    assert pairs.cells == [(0, 0), (0, 1), (1, 2)] and pairs.consistent == {(0, 0), (0, 1), (1, 2)}
+    assert pairs.rows == [tok.token_to_id("new"), tok.token_to_id("los")]
+    ids = tok.encode("She flew to Los Angeles and New Delhi.").ids
+    t, k = find_name(ids, pairs)
+    assert pairs.names[k] == ("Los", "Angeles") and ids[t] == tok.token_to_id("los")
+    assert find_name(tok.encode("York New").ids, pairs) is None  # the order matters
+    with pytest.raises(ValueError, match="single tokens"):
+        name_pairs(tok, [("Xqzv", "Wpx")])
+
+
+def test_name_joints_against_a_direct_computation(models, city_tokenizer):
+    tok = city_tokenizer
+    pairs = name_pairs(tok, two_word_cities())
+    texts = ["She flew to Los Angeles.", "Nothing here.", "New York is a big city."]
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        initializer_range=0.2,
+    )
+    mlm = BertForMaskedLM(config).eval()
+    mask = tok.token_to_id("[MASK]")
+    r = name_joints(mlm, tok, texts, pairs, mask_token_id=mask)
+    assert r["n"] == 2 and len(r["grids"]) == 2  # the text without a city is skipped
+
+    def direct(text: str, first: str) -> torch.Tensor:
+        ids = tok.encode(text).ids
+        t = ids.index(tok.token_to_id(first))
+        x = torch.tensor([ids])
+        x[0, t : t + 2] = mask
+        with torch.no_grad():
+            p = torch.softmax(mlm(input_ids=x).mlm_logits[0], -1)
+        return p[t, pairs.rows][:, None] * p[t + 1, pairs.cols][None, :]  # independence: an outer product
+
+    grids = [direct(texts[0], "los"), direct(texts[2], "new")]
+    for got, grid in zip(r["grids"], grids):
+        torch.testing.assert_close(got, grid / grid.sum(), atol=1e-6, rtol=1e-5)
+    incons = [inconsistent_mass(g, pairs.consistent) for g in grids]
+    assert r["per_text_inconsistent_mass"] == pytest.approx(incons, abs=1e-5)
+    assert r["inconsistent_mass"] == pytest.approx(sum(incons) / 2, abs=1e-5)
+    assert r["grid_mass"] == pytest.approx(sum(float(g.sum()) for g in grids) / 2, rel=1e-5)
+    tops = [divmod(int(g.argmax()), g.size(1)) for g in r["grids"]]
+    assert r["top_is_name"] == sum(t in pairs.consistent for t in tops) / 2
+    assert r["top_is_right"] == sum(t == pairs.cells[k] for t, k in zip(tops, r["names"])) / 2
+    assert [pairs.names[k] for k in r["names"]] == [("Los", "Angeles"), ("New", "York")]
+    with pytest.raises(ValueError, match="no text"):
+        name_joints(mlm, tok, ["Nothing here."], pairs, mask_token_id=mask)
+
+
+# ---------------------------------------------------------------------------------------
+# the right-to-left recipe
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_right_to_left_lm_is_the_causal_recipe_on_reversed_blocks(docs, tok):
+    r2l, _, history = pretrain_bert(
+        "tiny",
+        docs,
+        tokenizer=tok,
+        nsp=False,
+        causal=True,
+        direction="right_to_left",
+        heldout=0.1,
+        eval_every=12,
+        **RECIPE_TINY,
+    )
+    assert isinstance(r2l, BertLMHeadModel) and r2l.config.is_decoder
+    # its held-out metric was computed on reversed blocks: evaluate again the same way
+    held = pretraining_examples(docs[9::10], tok, max_len=32, nsp=False, seed=1)  # every 10th, as split
+    e = evaluate_causal_lm(r2l, reverse_sequences(held))
+    assert e["lm_loss"] == pytest.approx(history.evals["lm_loss"][-1], rel=1e-5)
+    assert math.isfinite(e["lm_loss"])
+    with pytest.raises(ValueError, match="causal=True"):
+        pretrain_bert("tiny", docs, tokenizer=tok, nsp=False, direction="right_to_left", **RECIPE_TINY)
+    with pytest.raises(ValueError, match="direction"):
+        pretrain_bert("tiny", docs, tokenizer=tok, nsp=False, causal=True, direction="up", **RECIPE_TINY)
+
+
+def test_cli_trains_a_right_to_left_lm_and_records_the_direction(tmp_path):
+    out = tmp_path / "r2l"
+    args = ["pretrain-bert", "--out", str(out), "--n-docs", "40", "--causal", "right-to-left"]
+    args += ["--size", "tiny", "--steps", "3", "--batch-size", "4", "--max-len", "32", "--vocab-size", "300"]
+    assert course_main(args) == 0
+    model, _ = load_pretrained_bert(out)
+    assert isinstance(model, BertLMHeadModel) and model.config.is_decoder
+    assert json.loads((out / "model.json").read_text())["recipe"]["causal"] == "right-to-left"

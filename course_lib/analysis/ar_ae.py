@@ -57,11 +57,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..objectives.pairs import reverse_sequences
 from ..train import evaluating, model_device
 from .cloze import _is_causal
 
@@ -77,10 +79,18 @@ __all__ = [
     "fill_masks",
     "sample_causal",
     "mask_discrepancy",
+    "cloze_log_probs",
+    "product_of_experts",
+    "NamePairs",
+    "name_pairs",
+    "find_name",
+    "name_joints",
     "FILL_ORDERS",
+    "DIRECTIONS",
 ]
 
 FILL_ORDERS = ("left_to_right", "most_confident")
+DIRECTIONS = ("left_to_right", "right_to_left")  # a causal LM's reading order (recipes: CAUSAL_DIRECTIONS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -596,4 +606,215 @@ def mask_discrepancy(
         "n_compared": int(total),
         "n_masked": int(masked.sum()),
         "masked": masked.cpu(),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# 6. One hidden token: which context can each model use?
+# ---------------------------------------------------------------------------------------
+
+
+def cloze_log_probs(
+    model: nn.Module,
+    input_ids: Tensor,
+    positions: Sequence[tuple[int, int]] | Tensor,
+    *,
+    attention_mask: Tensor | None = None,
+    mask_token_id: int | None = None,
+    direction: str = "left_to_right",
+    chunk_size: int = 256,
+) -> Tensor:
+    r"""``[n, vocab]``: the model's log-probabilities for the token at each of the ``n``
+    ``positions`` (``(row, column)`` pairs into ``input_ids``), from the context it can use.
+
+    * **Masked LM** (needs ``mask_token_id``): that one position becomes ``[MASK]``, every
+      other token stays: :math:`\log p(x_t \mid x_{\setminus t})`, both sides (one masked
+      copy of the row per position, run in batches of ``chunk_size``).
+    * **Causal LM**, ``direction="left_to_right"``: :math:`\log p(x_t \mid x_{<t})` from the
+      logits at ``t - 1`` (``t >= 1``); what stands at ``t`` and after it is never read.
+    * **Causal LM**, ``direction="right_to_left"`` (a model trained on reversed rows,
+      ``pretrain_bert(causal=True, direction="right_to_left")``): each row's real tokens are
+      reversed (:func:`~course_lib.objectives.pairs.reverse_sequences`) and the model
+      predicts :math:`\log p(x_t \mid x_{>t})`; ``t`` must not be the row's last real token.
+    """
+    ids, att, lengths = _batch(model, input_ids, attention_mask)
+    pos = torch.as_tensor(positions, dtype=torch.long).reshape(-1, 2).to(ids.device)
+    if pos.numel() == 0:
+        raise ValueError("positions is empty: give at least one (row, column) pair")
+    r, c = pos[:, 0], pos[:, 1]
+    if bool(((r < 0) | (r >= ids.size(0))).any()):
+        raise ValueError(f"a row of positions lies outside the batch of {ids.size(0)} sequences")
+    if bool(((c < 0) | (c >= lengths[r.clamp(0, ids.size(0) - 1)])).any()):
+        raise ValueError("a column of positions is not a real token of its row (padding or beyond the row)")
+    if not _is_causal(model):
+        mask_token_id = _vocab_id(model, mask_token_id, "mask_token_id")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        out = []
+        with evaluating(model):
+            for start in range(0, r.numel(), chunk_size):
+                rr, cc = r[start : start + chunk_size], c[start : start + chunk_size]
+                n = torch.arange(rr.numel(), device=ids.device)
+                x = ids[rr].clone()
+                x[n, cc] = mask_token_id
+                out.append(
+                    torch.log_softmax(_lm_logits(model, input_ids=x, attention_mask=att[rr])[n, cc], -1)
+                )
+        return torch.cat(out).cpu()
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if direction == "right_to_left":
+        ids = reverse_sequences({"input_ids": ids, "attention_mask": att})["input_ids"]
+        c = lengths[r] - 1 - c  # the same token's column in the reversed row
+    if bool((c < 1).any()):
+        side = "first" if direction == "left_to_right" else "last"
+        raise ValueError(
+            f"a causal LM reading {direction} cannot predict a row's {side} token: it has no context"
+        )
+    rows = torch.unique(r)
+    with evaluating(model):
+        logits = _lm_logits(model, input_ids=ids[rows], attention_mask=att[rows])
+    where = torch.searchsorted(rows, r.contiguous())
+    return torch.log_softmax(logits[where, c - 1], -1).cpu()
+
+
+def product_of_experts(*log_probs: Tensor) -> Tensor:
+    r"""The normalised product of distributions given as log-probabilities over the last
+    axis: :math:`\log \mathrm{softmax}\big(\sum_k \log p_k\big)`.
+
+    With a left-to-right and a right-to-left LM's one-sided predictions for the same token,
+    this is a *shallow* use of both sides: each model read only its own side, in every layer,
+    and the two meet only in this last multiplication (as ELMo's two LMs meet only where their
+    top vectors are concatenated). BERT's layers mix both sides from the first one.
+    """
+    if len(log_probs) < 2:
+        raise ValueError("product_of_experts needs at least two distributions")
+    shape = log_probs[0].shape
+    if any(lp.shape != shape for lp in log_probs):
+        raise ValueError(
+            f"the distributions must have one shape, got {[tuple(lp.shape) for lp in log_probs]}"
+        )
+    return torch.log_softmax(torch.stack(log_probs).sum(0), -1)
+
+
+# ---------------------------------------------------------------------------------------
+# 7. Two-token names: the candidate grid and the joint of both models over it
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NamePairs:
+    """The candidate grid of two-token names for :func:`pair_joint`.
+
+    ``rows`` / ``cols``: token ids of the names' first / second words (each once, in order of
+    first appearance), ``row_words`` / ``col_words`` the words; ``consistent``: the
+    ``(row, column)`` cells that are real names; ``names``: ``(first, second)`` words of each
+    name kept (both words single tokens of the tokenizer), ``cells[k]`` its cell.
+    """
+
+    rows: list[int]
+    cols: list[int]
+    row_words: list[str]
+    col_words: list[str]
+    names: list[tuple[str, str]]
+    cells: list[tuple[int, int]]
+
+    @property
+    def consistent(self) -> set[tuple[int, int]]:
+        return set(self.cells)
+
+
+def _single_token(tokenizer, word: str) -> int | None:
+    ids = tokenizer.encode(word, add_special_tokens=False).ids
+    return ids[0] if len(ids) == 1 else None
+
+
+def name_pairs(tokenizer, names: Sequence[tuple[str, str]]) -> NamePairs:
+    """The grid of :class:`NamePairs` for ``names`` (``(first, second)`` words, e.g.
+    :func:`~course_lib.data.tasks.two_word_cities`), keeping the names whose two words are
+    each one token of ``tokenizer``."""
+    rows: list[int] = []
+    cols: list[int] = []
+    row_words: list[str] = []
+    col_words: list[str] = []
+    kept: list[tuple[str, str]] = []
+    cells: list[tuple[int, int]] = []
+    for first, second in names:
+        a, b = _single_token(tokenizer, first), _single_token(tokenizer, second)
+        if a is None or b is None:
+            continue
+        if a not in rows:
+            rows.append(a)
+            row_words.append(first)
+        if b not in cols:
+            cols.append(b)
+            col_words.append(second)
+        cell = (rows.index(a), cols.index(b))
+        if cell not in cells:
+            kept.append((first, second))
+            cells.append(cell)
+    if not cells:
+        raise ValueError("no name has both words as single tokens of this tokenizer")
+    return NamePairs(rows, cols, row_words, col_words, kept, cells)
+
+
+def find_name(input_ids: Sequence[int], pairs: NamePairs) -> tuple[int, int] | None:
+    """``(position, k)`` of the first two adjacent tokens of ``input_ids`` that form name ``k``
+    of ``pairs``, or ``None``."""
+    ids = [int(i) for i in input_ids]
+    wanted = {(pairs.rows[r], pairs.cols[c]): k for k, (r, c) in enumerate(pairs.cells)}
+    for t in range(len(ids) - 1):
+        k = wanted.get((ids[t], ids[t + 1]))
+        if k is not None:
+            return t, k
+    return None
+
+
+def name_joints(
+    model: nn.Module, tokenizer, texts: Sequence[str], pairs: NamePairs, *, mask_token_id: int | None = None
+) -> dict[str, float | int | list]:
+    r"""The joint of the two tokens of a name in each of ``texts``, over the grid of
+    ``pairs``, by :func:`pair_joint` (a masked LM: both tokens masked, the outer product; a
+    causal LM: the chain rule from the left context), and what it says:
+
+    * ``inconsistent_mass``: mean over texts of the share of the grid's mass on pairs that
+      are no name (:func:`inconsistent_mass`),
+    * ``top_is_name``: share of texts whose most likely cell is a name,
+    * ``top_is_right``: share whose most likely cell is the text's own name,
+    * ``grid_mass``: mean of the grid's total probability (how much of the model's joint over
+      the whole vocabulary the grid holds),
+    * ``grids`` (normalised, one per text), ``names`` (the index of each text's name),
+      ``n`` texts scored. Texts without a name of ``pairs`` are skipped.
+    """
+    consistent = pairs.consistent
+    grids, which, incons, top_name, top_right, mass = [], [], [], [], [], []
+    for text in texts:
+        ids = tokenizer.encode(text).ids
+        found = find_name(ids, pairs)
+        if found is None:
+            continue
+        t, k = found
+        joint = pair_joint(
+            model, torch.tensor(ids), (t, t + 1), pairs.rows, pairs.cols, mask_token_id=mask_token_id
+        )
+        grid = normalise_grid(joint)
+        top = divmod(int(grid.argmax()), grid.size(1))
+        grids.append(grid)
+        which.append(k)
+        incons.append(inconsistent_mass(joint, consistent))
+        top_name.append(top in consistent)
+        top_right.append(top == pairs.cells[k])
+        mass.append(float(joint.sum()))
+    n = len(grids)
+    if n == 0:
+        raise ValueError("no text holds a name of the grid")
+    return {
+        "inconsistent_mass": sum(incons) / n,
+        "top_is_name": sum(top_name) / n,
+        "top_is_right": sum(top_right) / n,
+        "grid_mass": sum(mass) / n,
+        "per_text_inconsistent_mass": incons,
+        "grids": grids,
+        "names": which,
+        "n": n,
     }

@@ -36,6 +36,8 @@ __all__ = [
     "PronounPair",
     "pronoun_pairs",
     "name_sentences",
+    "name_documents",
+    "two_word_cities",
     "nsp_pairs",
     "sop_pairs",
     "topic_pairs",
@@ -189,6 +191,26 @@ def name_sentences(n: int, *, seed: int = 0) -> list[Sentence]:
         out.extend(s for s in generate_corpus(max(64, n), seed=seed * 1000 + chunk, kind="name") if s.names)
         chunk += 1
     return out[:n]
+
+
+def name_documents(n: int, *, seed: int = 0, per_document: int = 5) -> list[list[str]]:
+    """:func:`name_sentences` as training text: ``n`` sentences with a multi-token name, in
+    documents of ``per_document`` sentences (lists of strings, as the recipes take them).
+
+    The documents of :func:`~course_lib.data.load_documents` rarely name a city (a few times
+    in 2,000 documents); chapter 5 adds these so that each two-word city is seen often.
+    """
+    if per_document < 1:
+        raise ValueError(f"per_document must be at least 1, got {per_document}")
+    texts = [x.text for x in name_sentences(n, seed=seed)]
+    return [texts[i : i + per_document] for i in range(0, len(texts), per_document)]
+
+
+def two_word_cities() -> list[tuple[str, str]]:
+    """The lexicon's cities whose name is two words (*New York*, *Los Angeles*, *San Jose*),
+    as ``(first, second)`` pairs in the lexicon's order: the consistent pairs of chapter 5's
+    joint distributions (*New Angeles* is no city)."""
+    return [tuple(city.split()) for city, _ in load_lexicon().places if len(city.split()) == 2]
 
 
 def _check_docs(documents, sentences_per_unit: int = 1) -> list[Document]:

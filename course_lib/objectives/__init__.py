@@ -28,6 +28,7 @@ from .pairs import (
     pack_pair,
     pack_pairs,
     pack_stream,
+    reverse_sequences,
     trim_padding,
     truncate_pair_lengths,
 )
@@ -57,5 +58,6 @@ __all__ = [
     "pretraining_loss",
     "causal_lm_loss",
     "trim_padding",
+    "reverse_sequences",
     "truncate_pair_lengths",
 ]

@@ -45,6 +45,7 @@ __all__ = [
     "pack_stream",
     "collate",
     "trim_padding",
+    "reverse_sequences",
 ]
 
 
@@ -313,3 +314,36 @@ def trim_padding(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
     width = int(mask.sum(1).max())
     full = mask.size(1)
     return {k: (v[:, :width] if v.dim() == 2 and v.size(1) == full else v) for k, v in batch.items()}
+
+
+def reverse_sequences(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    r"""The batch with each row's real tokens in reverse order, padding kept on the right.
+
+    A left-to-right LM trained on reversed rows is a **right-to-left** LM: it factorises
+    :math:`\log p(x) = \sum_t \log p(x_t \mid x_{>t})`, the other order of the product
+    rule (ELMo's backward LM, chapter 1). Every field of shape ``[batch, seq_len]``
+    (``input_ids``, ``labels``, ``token_type_ids``, ...) is reversed the same way; the
+    ``attention_mask`` (1 = real token) says where each row's real tokens end, and it stays
+    as it is. ``[CLS] a b c [SEP]`` becomes ``[SEP] c b a [CLS]``. Reversing twice gives the
+    batch back.
+    """
+    batch = dict(batch)
+    mask = batch.get("attention_mask")
+    if mask is None or mask.dim() != 2:
+        raise ValueError("reverse_sequences needs a [batch, seq_len] attention_mask (1 = real token)")
+    lengths = mask.long().sum(1)
+    if bool(
+        (
+            mask.long() != (torch.arange(mask.size(1), device=mask.device)[None] < lengths[:, None]).long()
+        ).any()
+    ):
+        raise ValueError("reverse_sequences needs right padding: each row's real tokens first, then padding")
+    pos = torch.arange(mask.size(1), device=mask.device)[None, :]
+    source = torch.where(pos < lengths[:, None], lengths[:, None] - 1 - pos, pos)  # padding stays
+    out = {}
+    for k, v in batch.items():
+        if k != "attention_mask" and v.dim() == 2 and v.shape == mask.shape:
+            out[k] = v.gather(1, source.to(v.device))
+        else:
+            out[k] = v
+    return out

@@ -99,6 +99,7 @@ from ..objectives import (
     pack_stream,
     pair_fields,
     pretraining_loss,
+    reverse_sequences,
     trim_padding,
 )
 from ..train import History, evaluating, fit, model_device
@@ -134,6 +135,7 @@ for _cls in _FAMILY:
 __all__ = [
     "SIZES",
     "DEFAULT_LR",
+    "CAUSAL_DIRECTIONS",
     "bert_config",
     "train_tokenizer",
     "tokenize_documents",
@@ -172,6 +174,7 @@ SIZES: dict[str, dict[str, int]] = {
     "medium": dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024),  # a laptop GPU, minutes
     "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
 }
+CAUSAL_DIRECTIONS = ("left_to_right", "right_to_left")  # the two orders of a causal LM's product rule
 DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates
 
 
@@ -659,6 +662,7 @@ def pretrain_bert(
     pair_task: str | None = _UNSET,
     nsp_unit: str = "sentence",
     causal: bool = False,
+    direction: str = "left_to_right",
     max_len: int = 128,
     mlm_probability: float = 0.15,
     tokenizer: Any = None,
@@ -701,6 +705,11 @@ def pretrain_bert(
             (``BertLMHeadModel``, causal attention, next-token loss, no masking) on the
             full-sentence blocks; needs ``nsp=False`` (``pair_task=None``). Held-out
             ``lm_loss``/``lm_accuracy``.
+        direction: the order of the causal LM's product rule: ``"left_to_right"``
+            (:math:`p(x_t | x_{<t})`) or ``"right_to_left"`` (:math:`p(x_t | x_{>t})`,
+            the same network trained on every block reversed by
+            :func:`~course_lib.objectives.pairs.reverse_sequences`; give it reversed inputs
+            to score text). Only with ``causal=True``.
         tokenizer: a trained ``tokenizers.Tokenizer``; by default one of ``tokenizer_kind``
             (``"wordpiece"`` or ``"byte-bpe"``) with ``vocab_size`` tokens is trained on the
             training documents.
@@ -734,6 +743,10 @@ def pretrain_bert(
         raise ValueError(
             "causal=True trains a left-to-right LM on full-sentence blocks: pass nsp=False (pair_task=None)"
         )
+    if direction not in CAUSAL_DIRECTIONS:
+        raise ValueError(f"direction must be one of {CAUSAL_DIRECTIONS}, got {direction!r}")
+    if direction != "left_to_right" and not causal:
+        raise ValueError(f"direction={direction!r} orders a causal LM's product rule: it needs causal=True")
     if causal:
         masking = "none"
     elif masking not in ("static", "dynamic"):
@@ -795,6 +808,8 @@ def pretrain_bert(
 
     pairs = dict(max_len=max_len, pair_task=pair_task, nsp_unit=nsp_unit)
     examples = pretraining_examples(train_docs, tokenizer, **pairs, seed=seed)
+    if direction == "right_to_left":
+        examples = reverse_sequences(examples)
     if examples["input_ids"].size(0) < batch_size:
         raise ValueError(
             f"the training text gives only {examples['input_ids'].size(0)} sequences, fewer than "
@@ -813,6 +828,8 @@ def pretrain_bert(
     held = None
     if held_docs:
         held = pretraining_examples(held_docs, tokenizer, **pairs, seed=seed + 1)
+        if direction == "right_to_left":
+            held = reverse_sequences(held)
     masker = data.masker
 
     def eval_fn(m: nn.Module) -> dict[str, float]:
@@ -838,7 +855,9 @@ def pretrain_bert(
             eval_fn=eval_fn if held is not None else None,
             eval_every=eval_every,
             progress=progress,
-            desc="left-to-right LM pretraining" if causal else f"BERT pretraining ({masking} masking)",
+            desc=f"{direction.replace('_', '-')} LM pretraining"
+            if causal
+            else f"BERT pretraining ({masking} masking)",
             loss_fn=causal_lm_loss if causal else pretraining_loss,
         )
 
@@ -867,6 +886,8 @@ def pretrain_bert(
             key["pair_task"] = pair_task
         if causal:
             key["causal"] = True
+        if direction != "left_to_right":
+            key["direction"] = direction
         if nsp_unit != "sentence":
             key["nsp_unit"] = nsp_unit
         return key
@@ -1409,8 +1430,8 @@ def _pair_arguments(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if args.architecture is not None:
         out["model_class"] = registered_class(args.architecture)
-    if args.no_nsp:
-        out["pair_task"] = None
+    if args.no_nsp or (getattr(args, "causal", None) and args.pair_task is None):
+        out["pair_task"] = None  # (a causal LM has no pair task)
     elif args.pair_task is not None:
         out["pair_task"] = None if args.pair_task == "none" else args.pair_task
     return out
@@ -1424,6 +1445,8 @@ def _cmd(args: argparse.Namespace) -> int:
             masking=args.masking,
             static_copies=args.static_copies,
             nsp_unit=args.pair_unit,
+            causal=args.causal is not None,
+            direction=(args.causal or "left-to-right").replace("-", "_"),
             tokenizer_kind=args.tokenizer,
             heldout=0.05,
             device=device,
@@ -1492,6 +1515,14 @@ def _options(p: argparse.ArgumentParser) -> None:
         help="registered model class to train, e.g. BertForPreTraining, BertForMaskedLM, "
         "AlbertForPreTraining (default: BertForPreTraining with nsp, BertForMaskedLM with none, the "
         "registered SOP model with sop)",
+    )
+    p.add_argument(
+        "--causal",
+        choices=["left-to-right", "right-to-left"],
+        default=None,
+        help="train the same network as an autoregressive LM instead (BertLMHeadModel: causal attention, "
+        "next-token loss, no masking, full-sentence blocks, no pair task) reading in this direction; "
+        "stored in model.json's recipe",
     )
     p.add_argument(
         "--n-docs", type=positive(int), default=2000, help="generated documents when no --text is given"

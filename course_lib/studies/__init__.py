@@ -54,7 +54,12 @@ __all__ = [
 ]
 
 _STUDIES: dict[str, Study] = {}
-_MODULES = ("course_lib.studies.bert", "course_lib.studies.elmo", "course_lib.studies.albert")
+_MODULES = (
+    "course_lib.studies.bert",
+    "course_lib.studies.elmo",
+    "course_lib.studies.albert",
+    "course_lib.studies.ar_ae",
+)
 
 
 @dataclass(frozen=True)
