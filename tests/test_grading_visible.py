@@ -23,7 +23,7 @@ from course_lib.grading.format import load_assignment
 from course_lib.grading.sandbox import bwrap_status
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ["01_elmo", "02_transformer", "03_bert", "04_albert"]
+CHAPTERS = ["01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae"]
 SANDBOX = "bwrap" if bwrap_status()[0] else "none"
 
 PERTURB = '''
