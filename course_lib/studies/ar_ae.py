@@ -1,12 +1,20 @@
 """Study ``05_ar_ae``: chapter 5's autoregressive vs autoencoding models over three seeds.
 
 For each seed, on chapter 5's text (the chapter 3 documents plus sentences with two-word
-city names, so that each city is seen often) and one tokenizer, three pretrainings of the
-same network (4 layers, hidden 128) with the same budget (steps, batch, blocks of 64 tokens):
+city names, so that each city is seen often) and one tokenizer, four pretrainings of the
+same network (2 layers, hidden 128, blocks of 64 tokens, 32 blocks a step):
 
-* ``ae``: a masked LM (BERT's objective, dynamic masking, MLM only on full-sentence blocks);
-* ``ar``: a left-to-right LM (the same network with causal attention, next-token loss);
-* ``ar_r2l``: a right-to-left LM (the same, trained on every block reversed).
+* ``ae``: a masked LM (BERT's objective, dynamic masking, MLM only on full-sentence blocks),
+  800 steps;
+* ``ae_long``: the same, 6,400 steps. A masked LM scores about 15% of the tokens, a causal LM
+  all of them: this arm has about as many scored tokens as the causal LMs (equal steps and
+  equal training signal are both "the same budget", and they differ by a factor of 8);
+* ``ar``: a left-to-right LM (the same network with causal attention, next-token loss), 800
+  steps;
+* ``ar_r2l``: a right-to-left LM (the same, trained on every block reversed), 800 steps.
+
+Each run logs its held-out accuracy at ``curve_points`` points (masked-token accuracy for the
+masked LMs, next-token accuracy for the causal LMs).
 
 Then, on held-out text:
 
@@ -68,13 +76,22 @@ SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
     names=dict(train=4000, train_seed=1, heldout=400, heldout_seed=2),
     tokenizer=dict(kind="wordpiece", vocab_size=4000),
-    model=dict(size="small", num_hidden_layers=4),
+    model=dict(size="small", num_hidden_layers=2),
     pretrain=dict(steps=800, batch_size=32, lr=1e-3, max_len=64),
     arms={
         "ae": dict(causal=False, masking="dynamic"),
+        # the masked LM scores about 15% of the tokens; 6,400 steps give it about as many
+        # scored tokens as the causal LMs get in 800
+        "ae_long": dict(causal=False, masking="dynamic", steps=6400),
         "ar": dict(causal=True, direction="left_to_right"),
         "ar_r2l": dict(causal=True, direction="right_to_left"),
     },
+    curve_points=8,
+    examples=(
+        "New York is a big city in the United States.",
+        "Los Angeles is a city in the United States.",
+        "She flew to San Diego.",
+    ),
     cloze=dict(sentences=300, min_words=5),
     likelihood=dict(sentences=200, agreement_pairs=300, agreement_seed=5),
     generation=dict(prompts=40, prompt_words=2, tokens=10, temperature=1.0, shown=5),
@@ -87,11 +104,14 @@ QUICK: dict[str, Any] = dict(
     tokenizer=dict(kind="wordpiece", vocab_size=1500),
     model=dict(size="tiny", num_hidden_layers=2),
     pretrain=dict(steps=3, batch_size=8, lr=1e-3, max_len=64),
+    arms={**SETTINGS["arms"], "ae_long": dict(causal=False, masking="dynamic", steps=6)},
+    curve_points=2,
     cloze=dict(sentences=10, min_words=5),
     likelihood=dict(sentences=8, agreement_pairs=6, agreement_seed=5),
     generation=dict(prompts=4, prompt_words=2, tokens=3, temperature=1.0, shown=2),
     discrepancy=dict(blocks=8, mask_share=0.15),
 )
+MASKED_ARMS = ("ae", "ae_long")
 
 
 def chapter_text(s: dict[str, Any]) -> tuple[list, list, list[str]]:
@@ -121,12 +141,13 @@ def _cloze(models: dict, batch: dict, positions: torch.Tensor, mask_id: int) -> 
     ids, att = batch["input_ids"], batch["attention_mask"]
     target = ids[positions[:, 0], positions[:, 1]]
     lp = {
-        "ae": cloze_log_probs(models["ae"], ids, positions, attention_mask=att, mask_token_id=mask_id),
-        "ar": cloze_log_probs(models["ar"], ids, positions, attention_mask=att),
-        "ar_r2l": cloze_log_probs(
-            models["ar_r2l"], ids, positions, attention_mask=att, direction="right_to_left"
-        ),
+        name: cloze_log_probs(models[name], ids, positions, attention_mask=att, mask_token_id=mask_id)
+        for name in MASKED_ARMS
     }
+    lp["ar"] = cloze_log_probs(models["ar"], ids, positions, attention_mask=att)
+    lp["ar_r2l"] = cloze_log_probs(
+        models["ar_r2l"], ids, positions, attention_mask=att, direction="right_to_left"
+    )
     lp["product"] = product_of_experts(lp["ar"], lp["ar_r2l"])
     return {name: _accuracy(v, target) for name, v in lp.items()}
 
@@ -138,6 +159,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     sp = special_ids(tokenizer)
     specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    mask_id = sp["mask"]
     p = s["pretrain"]
     m = s["model"]
     config = replace(
@@ -147,7 +169,8 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     models = {}
     out: dict[str, Any] = {}
     for name, arm in s["arms"].items():
-        model, _, _ = pretrain_bert(
+        settings = {**p, **arm}
+        model, _, history = pretrain_bert(
             config,
             train_docs,
             tokenizer=tokenizer,
@@ -156,12 +179,17 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
             device=device,
             seed=seed,
             progress=False,
-            **arm,
-            **p,
+            eval_every=max(1, settings["steps"] // s["curve_points"]),
+            **settings,
         )
         models[name] = model
-        out[name] = {"parameters": model.num_parameters()}
-    mask_id = sp["mask"]
+        metric = "mlm_accuracy" if name in MASKED_ARMS else "lm_accuracy"
+        out[name] = {
+            "parameters": model.num_parameters(),
+            "steps": settings["steps"],
+            "curve_steps": list(history.eval_steps),
+            "curve_accuracy": list(history.evals[metric]),
+        }
 
     # held-out blocks (the training layout): perplexity of both causal LMs
     stream = pretraining_examples(held_docs, tokenizer, max_len=p["max_len"], pair_task=None, seed=seed + 1)
@@ -175,15 +203,19 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     pairs = name_pairs(tokenizer, two_word_cities())
     out["names"] = {
         "cities": [" ".join(n) for n in pairs.names],
-        "rows": len(pairs.rows),
-        "cols": len(pairs.cols),
+        "row_words": pairs.row_words,
+        "col_words": pairs.col_words,
+        "cells": [list(c) for c in pairs.cells],
     }
-    for name in ("ae", "ar"):
-        r = name_joints(
-            models[name], tokenizer, held_names, pairs, mask_token_id=mask_id if name == "ae" else None
-        )
+    out["grids"] = {"sentences": list(s["examples"])}
+    for name in (*MASKED_ARMS, "ar"):
+        kwargs = dict(mask_token_id=mask_id if name in MASKED_ARMS else None)
+        r = name_joints(models[name], tokenizer, held_names, pairs, **kwargs)
         for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
             out["names"][f"{name}_{k}"] = r[k]
+        examples = name_joints(models[name], tokenizer, list(s["examples"]), pairs, **kwargs)
+        out["grids"][name] = [g.tolist() for g in examples["grids"]]
+        out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
 
     # 2. bidirectional context: one token hidden
     city = _encode(tokenizer, held_names)
@@ -208,26 +240,24 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     q = s["likelihood"]
     b = _encode(tokenizer, sentences[: q["sentences"]])
     words = b["attention_mask"].sum(1) - 2  # the tokens between [CLS] and [SEP]
-    pll = pseudo_log_likelihood(
-        models["ae"], b["input_ids"], b["attention_mask"], mask_token_id=mask_id, special_ids=specials
-    )
+    n_words = int(words.sum())
     ll = next_token_log_probs(models["ar"], b["input_ids"], b["attention_mask"])  # column t - 1: token t
     ll_words = ll[:, :-1] * (torch.arange(ll.size(1) - 1)[None] < words[:, None])  # not [SEP]
-    n_words = int(words.sum())
-    out["likelihood"] = {
-        "ae_pll_per_token": float(pll.sum()) / n_words,
-        "ar_log_likelihood_per_token": float(ll_words.sum()) / n_words,
-        "n_tokens": n_words,
-    }
+    out["likelihood"] = {"ar_log_likelihood_per_token": float(ll_words.sum()) / n_words, "n_tokens": n_words}
     agreement = agreement_pairs(q["agreement_pairs"], seed=q["agreement_seed"], shuffle=False)
     a = _encode(tokenizer, [t for t, _ in agreement])
     scores = {
-        "ae": pseudo_log_likelihood(
-            models["ae"], a["input_ids"], a["attention_mask"], mask_token_id=mask_id, special_ids=specials
-        ),
         "ar": next_token_log_probs(models["ar"], a["input_ids"], a["attention_mask"]).sum(-1),
         "ar_r2l": next_token_log_probs(models["ar_r2l"], **reverse_sequences(a)).sum(-1),
     }
+    for name in MASKED_ARMS:
+        pll = pseudo_log_likelihood(
+            models[name], b["input_ids"], b["attention_mask"], mask_token_id=mask_id, special_ids=specials
+        )
+        out["likelihood"][f"{name}_pll_per_token"] = float(pll.sum()) / n_words
+        scores[name] = pseudo_log_likelihood(
+            models[name], a["input_ids"], a["attention_mask"], mask_token_id=mask_id, special_ids=specials
+        )
     labels = torch.tensor([y for _, y in agreement])
     good, bad = labels == 1, labels == 0
     out["agreement"] = {k: float((v[good] > v[bad]).float().mean()) for k, v in scores.items()}
@@ -235,7 +265,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
 
     # 4. generation: sampled continuations of held-out prompts
     g = s["generation"]
-    prompts = []
+    prompts: list[list[int]] = []
     for text in sentences:
         ids = tokenizer.encode(" ".join(text.split()[: g["prompt_words"]])).ids[:-1]  # [CLS] w1 w2 (no [SEP])
         if len(ids) == 1 + g["prompt_words"] and ids not in prompts:
@@ -243,60 +273,65 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         if len(prompts) == g["prompts"]:
             break
     x = torch.tensor(prompts)
-    gen = torch.Generator().manual_seed(1000 * seed)
-    ar_ids = sample_causal(
-        models["ar"], x, g["tokens"], temperature=g["temperature"], generator=gen, banned_ids=specials
-    )
     k = x.size(1)
-    filled = torch.cat(
+    ar_ids = sample_causal(
+        models["ar"],
+        x,
+        g["tokens"],
+        temperature=g["temperature"],
+        generator=torch.Generator().manual_seed(1000 * seed),
+        banned_ids=specials,
+    )
+    generated = {"ar": ar_ids}
+    blank = torch.cat(
         [x, torch.full((len(prompts), g["tokens"]), mask_id), torch.full((len(prompts), 1), sp["sep"])], 1
     )
-    texts = {"ar": [tokenizer.decode(r[k:].tolist()) for r in ar_ids]}
-    generated = {"ar": ar_ids}
-    for i, order in enumerate(("left_to_right", "most_confident"), 1):
-        gen = torch.Generator().manual_seed(1000 * seed + i)
-        ae_ids = fill_masks(
-            models["ae"],
-            filled,
+    for i, (name, order) in enumerate(
+        ((n, o) for n in MASKED_ARMS for o in ("left_to_right", "most_confident")), 1
+    ):
+        filled = fill_masks(
+            models[name],
+            blank,
             list(range(k, k + g["tokens"])),
             mask_token_id=mask_id,
             order=order,
             temperature=g["temperature"],
-            generator=gen,
+            generator=torch.Generator().manual_seed(1000 * seed + i),
             banned_ids=specials,
         )
-        texts[f"ae_{order}"] = [tokenizer.decode(r[k : k + g["tokens"]].tolist()) for r in ae_ids]
-        generated[f"ae_{order}"] = ae_ids[:, : k + g["tokens"]]
+        generated[f"{name}_{order}"] = filled[:, : k + g["tokens"]]
     out["generation"] = {
-        "prompts": [tokenizer.decode(p[1:]) for p in prompts[: g["shown"]]],
+        "prompts": [tokenizer.decode(q[1:]) for q in prompts[: g["shown"]]],
         "n": len(prompts),
     }
-    # each continuation judged by both models, over the tokens after [CLS] (the prompts are the
-    # same for every generator; each judge favours text like its own)
-    for name, t in texts.items():
-        ids = generated[name]
-        r = {**generation_statistics(t), "examples": t[: g["shown"]]}
+    # each continuation judged by the left-to-right LM and by the longer-trained masked LM, over
+    # the tokens after [CLS] (the prompts are the same for every generator; each judge favours
+    # text like its own)
+    for name, ids in generated.items():
+        texts = [tokenizer.decode(r[k:].tolist()) for r in ids]
+        r = {**generation_statistics(texts), "examples": texts[: g["shown"]]}
         r["ar_log_likelihood_per_token"] = float(next_token_log_probs(models["ar"], ids).mean())
         r["ae_pll_per_token"] = float(
-            pseudo_log_likelihood(models["ae"], ids, mask_token_id=mask_id, special_ids=specials).sum()
+            pseudo_log_likelihood(models["ae_long"], ids, mask_token_id=mask_id, special_ids=specials).sum()
             / (ids.numel() - ids.size(0))
         )
         out[f"generation_{name}"] = r
 
     # 5. the [MASK] discrepancy
     d = s["discrepancy"]
-    r = mask_discrepancy(
-        models["ae"],
-        stream["input_ids"][: d["blocks"]],
-        attention_mask=stream["attention_mask"][: d["blocks"]],
-        mask_token_id=mask_id,
-        special_ids=specials,
-        mask_share=d["mask_share"],
-        generator=torch.Generator().manual_seed(seed),
-    )
-    out["discrepancy"] = {
-        k: r[k] for k in ("cosine", "l2_distance", "top1_changed", "n_compared", "n_masked")
-    }
+    out["discrepancy"] = {}
+    for name in MASKED_ARMS:
+        r = mask_discrepancy(
+            models[name],
+            stream["input_ids"][: d["blocks"]],
+            attention_mask=stream["attention_mask"][: d["blocks"]],
+            mask_token_id=mask_id,
+            special_ids=specials,
+            mask_share=d["mask_share"],
+            generator=torch.Generator().manual_seed(seed),
+        )
+        for key in ("cosine", "l2_distance", "top1_changed", "n_compared", "n_masked"):
+            out["discrepancy"][f"{name}_{key}"] = r[key]
     return out
 
 
