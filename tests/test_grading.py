@@ -424,3 +424,30 @@ def test_wire_round_trips_scalars_and_odd_strides():
     for t in (torch.tensor(2.5), torch.tensor(7), odd, torch.zeros(0, 3), torch.randn(2, 3).T):
         back = decode(json.loads(json.dumps(encode(t))))
         assert back.shape == t.shape and back.dtype == t.dtype and torch.equal(back, t)
+
+
+def test_a_released_notebook_turns_off_the_forbidden_functions_as_the_grader_does():
+    """The grader's sandbox replaces the assignment's forbidden functions; the released
+    notebook has a cell that does the same in the student's kernel, so a visible check gives
+    the grader's verdict at home (chapter 5's grading tests check the verdicts)."""
+    from course_lib.grading.sandbox_worker import ForbiddenCall, forbid
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae"):
+        nb = json.loads((root / "exercises" / f"{name}.ipynb").read_text())
+        names = nb["metadata"]["course"].get("forbid", [])
+        cells = [c for c in nb["cells"] if "course-forbid" in c["metadata"].get("tags", [])]
+        assert len(cells) == (1 if names else 0), name
+        if names:  # right after the grading note, before the preamble and any answer
+            ids = [c.get("id") for c in nb["cells"]]
+            assert ids.index("course-forbid") == ids.index("course-grading-note") + 1
+            assert all(json.dumps(n) in "".join(cells[0]["source"]) for n in names)
+    x, y = torch.zeros(2, 3), torch.tensor([0, 2])
+    undo = forbid("torch.nn.functional.nll_loss")
+    try:
+        with pytest.raises(ForbiddenCall, match="may not be used"):
+            torch.nn.functional.nll_loss(x, y)
+    finally:
+        undo()
+    assert torch.nn.functional.nll_loss(x, y).item() == 0.0
+    assert forbid("torch.nn.functional.no_such_function")() is None  # nothing to turn off or back

@@ -21,6 +21,7 @@ import pytest
 
 from course_lib.grading.format import load_assignment
 from course_lib.grading.sandbox import bwrap_status
+from grading_fixtures.chapters import forbidden_at_home
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ["01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae"]
@@ -111,18 +112,19 @@ def home_verdicts(chapter: str, answers: dict[str, str]) -> dict[str, tuple[bool
 
     nb = json.loads((ROOT / "exercises" / f"{chapter}.ipynb").read_text())
     ns: dict = {"__name__": "__main__"}
-    for cell in _cells(nb, "preamble"):
-        exec(compile(_src(cell), "<preamble>", "exec"), ns)
-    for cell in _cells(nb, "answer"):
-        exec(compile(answers[cell["id"]], f"<answer {cell['id']}>", "exec"), ns)
     out = {}
-    for i, cell in enumerate(_cells(nb, "check")):
-        torch.manual_seed(1000 + i)
-        try:
-            exec(compile(_src(cell), f"<check cell {i}>", "exec"), ns)
-            out[cell["metadata"]["course"]["id"]] = (True, "")
-        except Exception as exc:  # noqa: BLE001 - the student's notebook shows it as a failed cell
-            out[cell["metadata"]["course"]["id"]] = (False, f"{type(exc).__name__}: {exc}")
+    with forbidden_at_home(nb, ns):  # the released cell that turns off the forbidden functions
+        for cell in _cells(nb, "preamble"):
+            exec(compile(_src(cell), "<preamble>", "exec"), ns)
+        for cell in _cells(nb, "answer"):
+            exec(compile(answers[cell["id"]], f"<answer {cell['id']}>", "exec"), ns)
+        for i, cell in enumerate(_cells(nb, "check")):
+            torch.manual_seed(1000 + i)
+            try:
+                exec(compile(_src(cell), f"<check cell {i}>", "exec"), ns)
+                out[cell["metadata"]["course"]["id"]] = (True, "")
+            except Exception as exc:  # noqa: BLE001 - the student's notebook shows it as a failed cell
+                out[cell["metadata"]["course"]["id"]] = (False, f"{type(exc).__name__}: {exc}")
     return out
 
 

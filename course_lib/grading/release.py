@@ -47,6 +47,16 @@ The grader adds hidden checks on inputs you have not seen (other sizes, masks an
 padding). Don't change your functions' arguments in place: the checks see it."""
 
 
+FORBID_TAG = "course-forbid"
+FORBID_CELL = """\
+# The grader turns these functions off for your answers. This cell turns them off here too,
+# so that the checks below give the grader's verdict. (Written by `course release`.)
+from course_lib.grading.sandbox_worker import forbid
+
+for name in {names}:
+    forbid(name)"""
+
+
 def _function_stub(node: ast.FunctionDef, lines: list[str], message: str) -> list[str]:
     first = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
     body0 = node.body[0]
@@ -234,6 +244,7 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
             forbid = ""
             if assignment.forbid:
                 forbid = ", nor " + ", ".join(f"`{f}`" for f in assignment.forbid)
+                forbid += " (the next cell turns them off in this notebook too, as the grader does)"
             cells.append(
                 {
                     "cell_type": "markdown",
@@ -242,6 +253,17 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
                     "source": GRADING_NOTE.format(forbid=forbid),
                 }
             )
+            if assignment.forbid:
+                cells.append(
+                    {
+                        "cell_type": "code",
+                        "execution_count": None,
+                        "id": "course-forbid",
+                        "metadata": {"tags": [GENERATED_TAG, FORBID_TAG]},
+                        "outputs": [],
+                        "source": FORBID_CELL.format(names=json.dumps(list(assignment.forbid))),
+                    }
+                )
     meta = nb.get("metadata", {})
     course = {"assignment": assignment.name, "title": assignment.title}
     if assignment.forbid:

@@ -37,6 +37,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 
 # --- values on the wire (shared with the checker) ------------------------------------
 
@@ -172,7 +173,12 @@ class ForbiddenCall(RuntimeError):
     """Raised by functions this assignment does not allow answers to call."""
 
 
-def _forbid(dotted: str) -> None:
+def forbid(dotted: str) -> Callable[[], None]:
+    """Replace the function named ``dotted`` (e.g. ``"torch.nn.functional.cross_entropy"``) by
+    one that raises :class:`ForbiddenCall`. The grader does it in its sandbox before any answer
+    runs; a released exercise notebook does it in the student's kernel (a cell written by
+    ``course release``), so that a visible check gives the same verdict at home. Returns a
+    function that puts the original back (nothing to undo: a function that does nothing)."""
     parts = dotted.split(".")
     for i in range(len(parts) - 1, 0, -1):
         try:
@@ -182,9 +188,10 @@ def _forbid(dotted: str) -> None:
         for attr in parts[i:-1]:
             owner = getattr(owner, attr, None)
             if owner is None:
-                return
+                return lambda: None
         if not hasattr(owner, parts[-1]):
-            return
+            return lambda: None
+        original = getattr(owner, parts[-1])
 
         def stub(*args, __name=dotted, **kwargs):
             raise ForbiddenCall(f"{__name} may not be used in this assignment: write the computation yourself")
@@ -193,8 +200,9 @@ def _forbid(dotted: str) -> None:
         try:
             setattr(owner, parts[-1], stub)
         except (AttributeError, TypeError):
-            pass
-        return
+            return lambda: None
+        return lambda: setattr(owner, parts[-1], original)
+    return lambda: None
 
 
 class _BlockCourseLib:
@@ -428,7 +436,7 @@ def _setup(init: dict) -> list[str]:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     for dotted in init.get("forbid", []):
-        _forbid(dotted)
+        forbid(dotted)
     try:
         os.nice(int(init.get("nice", 0)))
     except OSError:

@@ -6,7 +6,9 @@ submissions for the sandbox and attack tests.)"""
 from __future__ import annotations
 
 import ast
+import contextlib
 import csv
+import importlib
 import json
 import subprocess
 import sys
@@ -118,3 +120,22 @@ class Chapter:
             folder = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
             reports[name] = (row, json.loads((folder / "report.json").read_text()), path)
         return reports
+
+
+@contextlib.contextmanager
+def forbidden_at_home(nb: dict, ns: dict):
+    """Run a released notebook's ``course-forbid`` cell in ``ns`` (as the student's kernel
+    does: the functions the grader turns off raise there too) and put the functions back
+    afterwards (the test process goes on)."""
+    saved = []
+    for dotted in nb["metadata"].get("course", {}).get("forbid", []):
+        module, attr = dotted.rsplit(".", 1)
+        owner = importlib.import_module(module)
+        saved.append((owner, attr, getattr(owner, attr)))
+    try:
+        for cell in tagged_cells(nb, "course-forbid"):
+            exec(compile(cell_source(cell), "<forbid>", "exec"), ns)
+        yield
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
