@@ -19,6 +19,7 @@ from course_lib.objectives import (
     mask_tokens,
     pack_pair,
     pack_pairs,
+    pack_sentences,
     pack_stream,
     pretraining_loss,
     trim_padding,
@@ -287,6 +288,35 @@ def test_pack_stream_keeps_every_token_in_order():
     stream = [t for s in seqs for t in s + [UNK]]
     assert [t for t in body if t != SEP] == stream
     assert (mask.sum(1)[:-1] == 8).all()
+
+
+def test_pack_sentences_gives_one_row_per_sentence():
+    seqs = [[5, 6, 7], [], [8], list(range(9, 20))]
+    out = pack_sentences(seqs, 8, cls_id=CLS, sep_id=SEP, pad_id=PAD)
+    ids, mask = out["input_ids"].tolist(), out["attention_mask"].tolist()
+    assert ids == [
+        [CLS, 5, 6, 7, SEP, PAD, PAD, PAD],
+        [CLS, 8, SEP, PAD, PAD, PAD, PAD, PAD],
+        [CLS, 9, 10, 11, 12, 13, 14, SEP],  # cut to max_len
+    ]
+    assert mask == [[int(t != PAD) for t in row] for row in ids]
+    assert out["token_type_ids"].eq(0).all()
+    with pytest.raises(ValueError, match="no tokens"):
+        pack_sentences([[]], 8, cls_id=CLS, sep_id=SEP)
+
+
+def test_pretraining_examples_row_unit(docs, tok):
+    from course_lib.recipes.bert import pretraining_examples, tokenize_documents
+
+    sentences = [s for d in tokenize_documents(docs[:5], tok) for s in d]
+    rows = pretraining_examples(docs[:5], tok, max_len=64, pair_task=None, row_unit="sentence")
+    assert rows["input_ids"].size(0) == len(sentences)  # one row per sentence, in order
+    for row, n, s in zip(rows["input_ids"].tolist(), rows["attention_mask"].sum(1).tolist(), sentences):
+        assert row[:n] == [tok.token_to_id("[CLS]"), *s[:62], tok.token_to_id("[SEP]")]
+    with pytest.raises(ValueError, match="row_unit"):
+        pretraining_examples(docs, tok, max_len=16, pair_task="nsp", row_unit="sentence")
+    with pytest.raises(ValueError, match="row_unit"):
+        pretraining_examples(docs, tok, max_len=16, pair_task=None, row_unit="page")
 
 
 def test_collate_pads_each_field_with_its_own_value():

@@ -43,6 +43,7 @@ __all__ = [
     "pack_pairs",
     "pack_pair",
     "pack_stream",
+    "pack_sentences",
     "collate",
     "trim_padding",
     "reverse_sequences",
@@ -268,6 +269,30 @@ def pack_stream(
     ids[:, 1 : body + 1] = blocks
     ids[torch.arange(n_blocks), lengths + 1] = sep_id
     attention_mask = (torch.arange(max_len)[None, :] < (lengths + 2)[:, None]).long()
+    return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": attention_mask}
+
+
+def pack_sentences(
+    sequences: Sequence[Sequence[int]],
+    max_len: int,
+    *,
+    cls_id: int,
+    sep_id: int,
+    pad_id: int = 0,
+) -> dict[str, Tensor]:
+    """One row per sequence: ``[CLS] sequence [SEP]``, cut to ``max_len`` and right-padded to
+    the longest row. Returns ``input_ids``, ``attention_mask`` and all-zero
+    ``token_type_ids``, ``[n_sequences, width]``. Empty sequences are dropped."""
+    body = max_len - 2
+    if body <= 0:
+        raise ValueError(f"max_len={max_len} leaves no room for tokens besides [CLS] and [SEP]")
+    rows = [[cls_id, *list(s)[:body], sep_id] for s in sequences if len(s)]
+    if not rows:
+        raise ValueError("pack_sentences got no tokens")
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows], dtype=torch.long)
+    lengths = torch.tensor([len(r) for r in rows])
+    attention_mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
     return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": attention_mask}
 
 

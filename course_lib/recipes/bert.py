@@ -96,6 +96,7 @@ from ..objectives import (
     make_nsp_pairs,
     make_sop_pairs,
     pack_pairs,
+    pack_sentences,
     pack_stream,
     pair_fields,
     pretraining_loss,
@@ -136,6 +137,7 @@ __all__ = [
     "SIZES",
     "DEFAULT_LR",
     "CAUSAL_DIRECTIONS",
+    "ROW_UNITS",
     "bert_config",
     "train_tokenizer",
     "tokenize_documents",
@@ -288,6 +290,19 @@ def _resolve_pair_task(pair_task: Any, nsp: bool | None) -> str | None:
     return pair_task
 
 
+ROW_UNITS = ("block", "sentence")
+
+
+def _check_row_unit(row_unit: str, pair_task: str | None) -> None:
+    if row_unit not in ROW_UNITS:
+        raise ValueError(f"row_unit must be one of {ROW_UNITS}, got {row_unit!r}")
+    if row_unit != "block" and pair_task is not None:
+        raise ValueError(
+            f"row_unit={row_unit!r} lays out rows without a pair task; with pair_task={pair_task!r} "
+            "the rows are pairs (choose their unit with nsp_unit)"
+        )
+
+
 def pretraining_examples(
     documents: Sequence[Any],
     tokenizer,
@@ -296,6 +311,7 @@ def pretraining_examples(
     nsp: bool | None = None,
     pair_task: str | None = _UNSET,
     nsp_unit: str = "sentence",
+    row_unit: str = "block",
     seed: int = 0,
 ) -> dict[str, Tensor]:
     """Packed, unmasked pretraining inputs ``[n, width]``.
@@ -309,8 +325,10 @@ def pretraining_examples(
     * ``"sop"``: sentence-order pairs (ALBERT): A and B are consecutive units of one
       document, ``sentence_order_label`` 0 = in order, 1 = swapped
       (:func:`~course_lib.objectives.pairs.make_sop_pairs`); needs a document with two units.
-    * ``None``: RoBERTa's full-sentence stream, documents separated by ``[SEP]``, cut into
-      blocks of ``max_len`` tokens (no pairs, no pair labels).
+    * ``None``: no pairs, no pair labels; ``row_unit`` chooses the rows: RoBERTa's
+      full-sentence stream, documents separated by ``[SEP]``, cut into blocks of ``max_len``
+      tokens (``"block"``), or one sentence per row, ``[CLS] sentence [SEP]`` right-padded
+      (``"sentence"``, :func:`~course_lib.objectives.pairs.pack_sentences`).
 
     ``nsp_unit`` is the unit of a pair, for either pair task: single sentences
     (``"sentence"``: one pair per sentence with a successor) or, as in the BERT and ALBERT
@@ -321,6 +339,7 @@ def pretraining_examples(
     pair_task = _resolve_pair_task(pair_task, nsp)
     if nsp_unit not in ("sentence", "segment"):
         raise ValueError(f"nsp_unit must be 'sentence' or 'segment', got {nsp_unit!r}")
+    _check_row_unit(row_unit, pair_task)
     ids = special_ids(tokenizer)
     docs = tokenize_documents(documents, tokenizer)
     if pair_task is not None and nsp_unit == "segment":
@@ -332,6 +351,10 @@ def pretraining_examples(
         )
         packed[PAIR_LABELS[pair_task]] = pairs.label
         return packed
+    if row_unit == "sentence":
+        return pack_sentences(
+            [s for d in docs for s in d], max_len, cls_id=ids["cls"], sep_id=ids["sep"], pad_id=ids["pad"]
+        )
     stream = [[t for s in d for t in s] for d in docs]
     return pack_stream(
         [s for s in stream if s],
@@ -661,6 +684,7 @@ def pretrain_bert(
     nsp: bool | None = None,
     pair_task: str | None = _UNSET,
     nsp_unit: str = "sentence",
+    row_unit: str = "block",
     causal: bool = False,
     direction: str = "left_to_right",
     max_len: int = 128,
@@ -701,6 +725,8 @@ def pretrain_bert(
         nsp_unit: the unit of a pair (for NSP and SOP alike): A and B are single sentences
             (``"sentence"``) or segments of consecutive sentences (``"segment"``, as in the
             BERT and ALBERT papers; :func:`pretraining_examples`).
+        row_unit: without a pair task, the rows: full-sentence blocks of ``max_len`` tokens
+            (``"block"``, RoBERTa) or one sentence per row (``"sentence"``).
         causal: train the same network as a left-to-right language model instead
             (``BertLMHeadModel``, causal attention, next-token loss, no masking) on the
             full-sentence blocks; needs ``nsp=False`` (``pair_task=None``). Held-out
@@ -743,6 +769,7 @@ def pretrain_bert(
         raise ValueError(
             "causal=True trains a left-to-right LM on full-sentence blocks: pass nsp=False (pair_task=None)"
         )
+    _check_row_unit(row_unit, pair_task)
     if direction not in CAUSAL_DIRECTIONS:
         raise ValueError(f"direction must be one of {CAUSAL_DIRECTIONS}, got {direction!r}")
     if direction != "left_to_right" and not causal:
@@ -806,7 +833,7 @@ def pretrain_bert(
     if lr is None:
         lr = DEFAULT_LR.get(size or "", 1e-3)
 
-    pairs = dict(max_len=max_len, pair_task=pair_task, nsp_unit=nsp_unit)
+    pairs = dict(max_len=max_len, pair_task=pair_task, nsp_unit=nsp_unit, row_unit=row_unit)
     examples = pretraining_examples(train_docs, tokenizer, **pairs, seed=seed)
     if direction == "right_to_left":
         examples = reverse_sequences(examples)
@@ -890,6 +917,8 @@ def pretrain_bert(
             key["direction"] = direction
         if nsp_unit != "sentence":
             key["nsp_unit"] = nsp_unit
+        if row_unit != "block":
+            key["row_unit"] = row_unit
         return key
 
     history = train_cached(cache_name, model, spec, train)
@@ -1445,6 +1474,7 @@ def _cmd(args: argparse.Namespace) -> int:
             masking=args.masking,
             static_copies=args.static_copies,
             nsp_unit=args.pair_unit,
+            row_unit=args.row_unit,
             causal=args.causal is not None,
             direction=(args.causal or "left-to-right").replace("-", "_"),
             tokenizer_kind=args.tokenizer,
@@ -1507,6 +1537,13 @@ def _options(p: argparse.ArgumentParser) -> None:
         default="sentence",
         help="A and B of a pair are single sentences (default) or segments of consecutive sentences "
         "up to half of --max-len each (as in the BERT and ALBERT papers)",
+    )
+    p.add_argument(
+        "--row-unit",
+        choices=list(ROW_UNITS),
+        default="block",
+        help="without a pair task (--no-nsp, --causal): full-sentence blocks of --max-len tokens "
+        "(default, RoBERTa) or one sentence per row",
     )
     p.add_argument(
         "--architecture",
