@@ -207,9 +207,7 @@ def test_reference_mlm_loss_matches_cross_entropy():
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    folder, out = tmp_path_factory.mktemp("subs03"), tmp_path_factory.mktemp("grades03")
-    subs = CHAPTER.submissions(folder, PARTIAL, REWRITTEN, one_exercise={PACK: REWRITTEN[PACK]})
-    return CHAPTER.grade(subs, out)
+    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {PACK: REWRITTEN[PACK]})
 
 
 @pytest.mark.parametrize("name, points, failing", [
@@ -220,8 +218,4 @@ def graded(tmp_path_factory):
     ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"] + CHECKS["mlm-loss"])),
 ])
 def test_exact_points(graded, name, points, failing):
-    row, rep, _ = graded[name]
-    got = {c["id"]: c["passed"] for c in rep["checks"]}
-    assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
-    assert row["status"] == "graded" and row["max_points"] == "13"
-    assert int(row["points"]) == points == rep["points"]
+    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)

@@ -14,7 +14,7 @@ import torch
 
 from course_lib.grading.format import load_assignment
 
-from grading_fixtures.chapters import Chapter, answer_sources, cell_source, tagged_cells
+from grading_fixtures.chapters import Chapter, cell_source, tagged_cells
 
 CHAPTER = Chapter("04_albert")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -342,11 +342,7 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    folder, out = tmp_path_factory.mktemp("subs04"), tmp_path_factory.mktemp("grades04")
-    subs = CHAPTER.submissions(folder, PARTIAL, REWRITTEN, one_exercise={COUNT: REWRITTEN[COUNT]})
-    for name, (answers, _) in GAMING.items():
-        subs[name] = CHAPTER.submission(folder, name, answers, base="stub")
-    return CHAPTER.grade(subs, out)
+    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, GAMING)
 
 
 EXPECTED = [
@@ -360,11 +356,7 @@ EXPECTED = [
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_exact_points(graded, name, points, failing):
-    row, rep, _ = graded[name]
-    got = {c["id"]: c["passed"] for c in rep["checks"]}
-    assert got == {c: c not in failing for c in ALL_CHECKS}, {c["id"]: c["message"] for c in rep["checks"]}
-    assert row["status"] == "graded" and row["max_points"] == "13"
-    assert int(row["points"]) == points == rep["points"]
+    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
 
 
 def test_gaming_gets_at_most_the_visible_points(graded):
@@ -382,31 +374,5 @@ def test_gaming_gets_at_most_the_visible_points(graded):
             assert "expected" not in c["message"], c["message"]
 
 
-def _home_verdicts(answers: dict[str, str]) -> dict[str, bool]:
-    """The released notebook as a student runs it: the preamble, the answer cells, then each
-    visible check cell, in one namespace."""
-    nb = json.loads(EXERCISE.read_text())
-    ns: dict = {"__name__": "__main__"}
-    for cell in tagged_cells(nb, "preamble"):
-        exec(compile(cell_source(cell), "<preamble>", "exec"), ns)
-    for cell in tagged_cells(nb, "answer"):
-        try:
-            exec(compile(answers.get(cell["id"], cell_source(cell)), f"<answer {cell['id']}>", "exec"), ns)
-        except Exception:  # noqa: BLE001 - a broken answer cell: its checks fail
-            pass
-    out = {}
-    for i, cell in enumerate(tagged_cells(nb, "check")):
-        torch.manual_seed(2000 + i)
-        try:
-            exec(compile(cell_source(cell), f"<check cell {i}>", "exec"), ns)
-            out[cell["metadata"]["course"]["id"]] = True
-        except Exception:  # noqa: BLE001 - the notebook shows a failed cell
-            out[cell["metadata"]["course"]["id"]] = False
-    return out
-
-
 def test_visible_checks_give_the_grader_verdict_at_home(graded):
-    for name, (_, rep, path) in graded.items():
-        home = _home_verdicts(answer_sources(path))
-        grader = {c["id"]: c["passed"] for c in rep["checks"] if not c["hidden"]}
-        assert home == grader, (name, home, grader)
+    CHAPTER.assert_home_verdicts(graded)

@@ -105,6 +105,61 @@ class Chapter:
                     first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
                     assert first not in released, first
 
+    def grade_cases(self, tmp_path_factory, partial: dict[str, str], rewritten: dict[str, str],
+                    one_exercise: dict[str, str], gaming: dict[str, tuple[dict[str, str], set]] | None = None
+                    ) -> dict[str, tuple[dict, dict, Path]]:
+        """One ``course grade`` batch over :meth:`submissions` and the ``gaming`` answers
+        (name -> (answers on the stub, the checks they should pass)): name -> (row, report,
+        notebook), as :meth:`grade`."""
+        folder, out = tmp_path_factory.mktemp(f"subs{self.name[:2]}"), tmp_path_factory.mktemp(f"grades{self.name[:2]}")
+        subs = self.submissions(folder, partial, rewritten, one_exercise)
+        for name, (answers, _) in (gaming or {}).items():
+            subs[name] = self.submission(folder, name, answers, base="stub")
+        return self.grade(subs, out)
+
+    @staticmethod
+    def assert_points(graded: dict, name: str, points: int, failing: set, all_checks: list[str], max_points: int) -> None:
+        """Submission ``name`` failed exactly the checks ``failing`` and got ``points`` of
+        ``max_points``, in its row of grades.csv and in its report."""
+        row, rep, _ = graded[name]
+        got = {c["id"]: c["passed"] for c in rep["checks"]}
+        assert got == {c: c not in failing for c in all_checks}, {c["id"]: c["message"] for c in rep["checks"]}
+        assert row["status"] == "graded" and row["max_points"] == str(max_points)
+        assert int(row["points"]) == points == rep["points"]
+
+    def home_verdicts(self, answers: dict[str, str]) -> dict[str, bool]:
+        """The released notebook as a student runs it, in one namespace: its ``course-forbid``
+        cell (if any), the preamble, the answer cells (``answers``: cell id -> source; the
+        others as released), then each visible check cell: check id -> passed."""
+        import torch
+
+        nb = json.loads(self.exercise.read_text())
+        ns: dict = {"__name__": "__main__"}
+        out = {}
+        with forbidden_at_home(nb, ns):
+            for cell in tagged_cells(nb, "preamble"):
+                exec(compile(cell_source(cell), "<preamble>", "exec"), ns)
+            for cell in tagged_cells(nb, "answer"):
+                try:
+                    exec(compile(answers.get(cell["id"], cell_source(cell)), f"<answer {cell['id']}>", "exec"), ns)
+                except Exception:  # noqa: BLE001 - a broken answer cell: its checks fail
+                    pass
+            for i, cell in enumerate(tagged_cells(nb, "check")):
+                torch.manual_seed(2000 + i)
+                try:
+                    exec(compile(cell_source(cell), f"<check cell {i}>", "exec"), ns)
+                    out[cell["metadata"]["course"]["id"]] = True
+                except Exception:  # noqa: BLE001 - the notebook shows a failed cell
+                    out[cell["metadata"]["course"]["id"]] = False
+        return out
+
+    def assert_home_verdicts(self, graded: dict) -> None:
+        """Every graded submission's visible checks pass or fail at home as in the grader."""
+        for name, (_, rep, path) in graded.items():
+            home = self.home_verdicts(answer_sources(path))
+            grader = {c["id"]: c["passed"] for c in rep["checks"] if not c["hidden"]}
+            assert home == grader, (name, home, grader)
+
     @staticmethod
     def grade(subs: dict[str, Path], out: Path) -> dict[str, tuple[dict, dict, Path]]:
         """``course grade`` on ``subs`` (name -> notebook) with two jobs, in a subprocess:
