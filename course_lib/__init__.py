@@ -39,6 +39,9 @@ _LAZY = {
     "AlbertForPreTraining": "course_lib.models.albert",
     "AlbertForMaskedLM": "course_lib.models.albert",
     "AlbertForSequenceClassification": "course_lib.models.albert",
+    "XLNetConfig": "course_lib.models.xlnet",
+    "XLNetModel": "course_lib.models.xlnet",
+    "XLNetLMHeadModel": "course_lib.models.xlnet",
 }
 
 __all__ = [

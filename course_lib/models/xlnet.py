@@ -1,0 +1,873 @@
+r"""XLNet: "Generalized Autoregressive Pretraining for Language Understanding" (Yang et al., 2019).
+
+XLNet keeps the left-to-right language model's factorisation of :math:`p(x)` but lets the
+*order* vary. For a sequence of length :math:`T` and a factorisation order :math:`z`, a
+permutation of :math:`1..T`, it maximises
+
+.. math::
+
+    \mathbb{E}_{z}\Big[\sum_{t=1}^{T} \log p_\theta\big(x_{z_t} \mid x_{z_{<t}}\big)\Big],
+
+so every token is, on average over orders, predicted from context on both of its sides, and
+no ``[MASK]`` token ever enters the input. Only the attention masks change with :math:`z`:
+the tokens stay in their places and keep their positions.
+
+**Two streams.** Predicting :math:`x_{z_t}` needs a representation that knows the *position*
+:math:`z_t` but not the *token* there, while later tokens need one that knows the token. So
+every layer :math:`m` keeps two vectors per position, with the same weights:
+
+.. math::
+
+    h^{(m)}_{z_t} &= \mathrm{Attention}\big(Q = h^{(m-1)}_{z_t},\; KV = h^{(m-1)}_{z_{\le t}}\big)
+    \qquad \text{(content stream: sees itself)} \\
+    g^{(m)}_{z_t} &= \mathrm{Attention}\big(Q = g^{(m-1)}_{z_t},\; KV = h^{(m-1)}_{z_{< t}}\big)
+    \qquad \text{(query stream: not its own token)}
+
+starting from :math:`h^{(0)}_i = e(x_i)` (the word embedding) and :math:`g^{(0)}_i = w`, one
+learned vector (``mask_emb``). The prediction reads the query stream, with the word embeddings
+as output matrix (tied) and a bias: :math:`p(x_{z_t} = x \mid \cdot) \propto
+\exp\big(e(x)^\top g^{(M)}_{z_t} + b_x\big)`.
+
+Here the order is given as ``perm_mask`` ``[batch, T, T]``: ``perm_mask[b, i, j] = 1`` hides
+token ``j`` from position ``i`` (0: visible). The query stream of ``i`` sees exactly the
+positions that ``perm_mask`` leaves visible; the content stream of ``i`` sees those and
+always itself. For an order :math:`z`, with :math:`\rho(i)` the step at which position
+:math:`i` comes, :math:`\mathrm{perm\_mask}_{ij} = [\rho(j) \ge \rho(i)]`: the diagonal is set,
+which is what keeps a target's query stream blind to its own token (as in Hugging Face, a
+``perm_mask`` that leaves ``i`` visible to itself, or a ``target_mapping`` without any
+``perm_mask``, lets the query stream of ``i`` see its own token). Padding (``attention_mask``
+0, or ``input_mask`` 1) hides a key from every query. Only some positions are predicted (the
+last tokens of each order, the paper's *partial prediction*): ``target_mapping``
+:math:`\Theta \in \{0, 1\}^{P \times T}` (one row per prediction, a one at its position)
+selects them, the query stream starts from :math:`P` copies of ``mask_emb``, and a layer
+places those queries at their positions with :math:`\Theta^\top`, attends there, and reads
+the results back with :math:`\Theta`. With a ``target_mapping`` the model's output is the
+query stream (``[batch, P, d_model]``), without one the content stream (``[batch, T, d_model]``).
+
+**Relative attention** (Transformer-XL's, Dai et al. 2019). Keys are the memory (below) and
+the segment, :math:`K = M + T` of them; query :math:`i` sits at key position :math:`M + i`,
+so its distance to key :math:`j` is :math:`\delta = M + i - j`. With :math:`q_i = W_q x_i`,
+:math:`k_j = W_k \tilde h_j`, the sinusoid :math:`r_\delta = [\sin(\delta\omega);
+\cos(\delta\omega)]`, :math:`\omega_k = 10000^{-2k/d}` (sines, then cosines), and per-head
+learned vectors :math:`u` (``r_w_bias``), :math:`v` (``r_r_bias``), :math:`b` (``r_s_bias``):
+
+.. math::
+
+    a_{ij} = \frac{1}{\sqrt{d_{head}}}\Big[\underbrace{(q_i + u)^\top k_j}_{\text{content}}
+    + \underbrace{(q_i + v)^\top W_r\, r_{M+i-j}}_{\text{position}}
+    + \underbrace{(q_i + b)^\top s_{ij}}_{\text{segment}}\Big]
+
+then a softmax over the visible keys, the values :math:`W_v \tilde h_j` and :math:`W_o` as in
+any multi-head attention. The content term is the course's
+:func:`~course_lib.nn.attention.attention` on the query :math:`q_i + u`; the position and
+segment terms enter it as its additive score ``bias``.
+
+*The relative shift.* With ``attn_type="bi"`` the distances :math:`\delta = K, K-1, \dots,
+-T+1` are encoded once (:math:`K + T` rows), every query is scored against all of them,
+:math:`B^{raw}_{ip} = (q_i + v)^\top W_r r_{K - p}`, and the score of key :math:`j` is the entry
+at :math:`p = K - \delta = j + T - i`: row :math:`i` shifted left by :math:`T - i`. Reading
+the ``[T, K+T]`` matrix as ``[K+T, T]``, dropping its first row and reading the rest as
+``[T, K+T-1]`` does exactly that shift for every row at once (:func:`rel_shift`); the first
+:math:`K` columns are the keys. ``clamp_len > 0`` clips :math:`\delta` to
+:math:`\pm` ``clamp_len``.
+
+*Relative segments.* Instead of a segment embedding added to the input, a pair of positions
+is scored by whether it lies in the same segment: :math:`s_{ij} = s_{+}` (``seg_embed[0]``)
+when ``token_type_ids`` of :math:`i` and :math:`j` agree, :math:`s_{-}` (``seg_embed[1]``)
+otherwise. Ids are only compared, so any number of segments works (XLNet's ``<cls>`` has its
+own id, 2). Memory positions count as segment 0. Without ``token_type_ids`` the term is absent.
+
+**Layer** (post-LN, both streams, the same weights):
+
+.. math::
+
+    x' &= \mathrm{LayerNorm}\big(x + \mathrm{Dropout}(\mathrm{MultiHead}_{rel}(x))\big) \\
+    x'' &= \mathrm{LayerNorm}\big(x' + \mathrm{Dropout}(\mathrm{FFN}(x'))\big), \qquad
+    \mathrm{FFN}(x) = W_2\, \mathrm{Dropout}(\mathrm{act}(W_1 x + b_1)) + b_2
+
+**Memory** (Transformer-XL's segment recurrence). A layer's keys and values may start with
+the previous segment's content states: layer :math:`m` attends over
+:math:`\tilde h = [\mathrm{mem}^{(m)}; h^{(m-1)}]`, and returns for the next segment
+
+.. math::
+
+    \mathrm{mem}^{(m)}_{new} = \mathrm{sg}\big([\mathrm{mem}^{(m)}; h^{(m-1)}]\big)_{[-\mathrm{mem\_len}:]},
+
+the last ``mem_len`` input states of the layer (all of them when ``mem_len`` is None or 0;
+with ``reuse_len`` only the first ``reuse_len`` tokens of the segment enter it), with the
+gradient stopped (``sg``: detached). Memory is visible to every query of both streams (the
+previous segment's padding too: its mask is not remembered, as in Hugging Face). The
+returned ``mems`` are a tuple of one ``[mem_len, batch, d_model]`` tensor per layer: Hugging
+Face's (and the original code's) time-first layout, so the memory of either library feeds
+the other. ``use_mems`` (default ``config.use_mems_eval`` in eval mode,
+``config.use_mems_train`` in training) says whether to return them; given ``mems`` are used
+either way.
+
+**Interop.** :class:`XLNetModel` and :class:`XLNetLMHeadModel` take Hugging Face's keyword
+arguments (``input_ids, attention_mask, mems, perm_mask, target_mapping, token_type_ids,
+input_mask, use_mems, labels``) and return its field names (``last_hidden_state`` / ``logits``,
+``mems``, ``hidden_states``, ``attentions``); ``from_hf`` copies a ``transformers`` model of
+the same configuration (:class:`XLNetConfig` uses Hugging Face's field names). Hugging Face
+stores :math:`W_q, W_k, W_v, W_r, W_o` as ``[d_model, heads, d_head]`` tensors used by
+``einsum``; here they are the bias-free ``nn.Linear`` projections of
+:class:`~course_lib.nn.attention.MultiHeadAttention` (``w_q, w_k, w_v, w_o``, plus ``w_r``),
+and :func:`hf_state_dict_to_ours` converts the layout.
+
+Paper / Hugging Face vs ours:
+
+* Only ``attn_type="bi"`` (every position may attend everywhere the masks allow: XLNet's
+  pretraining and fine-tuning setting) with ``bi_data=False``; ``"uni"`` and ``bi_data`` (a
+  pretraining batch holding both directions of the positions) are refused. ``same_length``
+  acts only with ``"uni"``, so it is kept in the config but has no effect.
+* A query-stream row with no visible key (a ``perm_mask`` row hiding everything and no
+  memory: the first position of an order in which every token is a target) gets a zero
+  attention output here (the rule of :mod:`course_lib.nn.attention`); Hugging Face fills
+  hidden scores with :math:`-10^{30}`, so such a row attends uniformly to *every* key, hidden
+  ones included (a leak). With XLNet's partial prediction the non-target tokens are visible
+  to every target and no such row occurs; all other outputs are the same.
+* In training mode the dropout on the relative encodings is drawn once per batch here (the
+  encodings are shared by the batch); Hugging Face draws it per sequence. Eval mode is
+  identical.
+* Not implemented: ``inputs_embeds``, ``logits_to_keep``, and the task heads (sequence
+  summary, classification, question answering). Sampling orders and targets (the pretraining
+  data pipeline) is not part of the model: it receives ``perm_mask`` and ``target_mapping``.
+* Hugging Face's ``XLNetConfig()`` defaults to XLNet-large; this config's defaults are
+  XLNet-base's sizes (``d_model=768``, 12 layers, 12 heads, ``d_inner=3072``) with Hugging
+  Face's default options. ``XLNetModel`` of that size has 116,718,336 parameters, as
+  ``transformers.XLNetModel`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..nn.attention import MultiHeadAttention, attention
+from ..nn.feedforward import FeedForward, get_activation
+from .bert import _count_parameters, _init_bert_weights, masked_lm_loss
+from .hf import ModelOutput, linear_names, load_hf_state_dict
+
+__all__ = [
+    "XLNetConfig",
+    "XLNetModelOutput",
+    "XLNetLMHeadModelOutput",
+    "XLNetRelativeAttention",
+    "XLNetLayer",
+    "XLNetModel",
+    "XLNetLMHeadModel",
+    "relative_distances",
+    "relative_sinusoids",
+    "rel_shift",
+    "xlnet_hf_names",
+    "hf_state_dict_to_ours",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class XLNetConfig:
+    """Sizes and options of an XLNet model; field names are Hugging Face's (``XLNetConfig``).
+
+    Defaults are XLNet-base's sizes. The course's names are read-only aliases: ``n_heads =
+    n_head``, ``n_layers = n_layer``, ``d_ff = d_inner``, ``d_head = d_model / n_head`` (and
+    Hugging Face's ``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``).
+    """
+
+    vocab_size: int = 32000  # SentencePiece vocabulary
+    d_model: int = 768  # width of every layer
+    n_layer: int = 12
+    n_head: int = 12  # d_head = d_model / n_head = 64
+    d_inner: int = 3072  # inner width of the feed-forward network
+    ff_activation: str = "gelu"  # exact erf GELU
+    attn_type: str = "bi"  # only "bi" is implemented (see the module docstring)
+    initializer_range: float = 0.02  # std of the normal initialisation
+    layer_norm_eps: float = 1e-12
+    dropout: float = 0.1  # on embeddings, relative encodings, attention weights, sub-layer outputs
+    mem_len: int | None = 512  # states kept as memory per layer (None or 0: all of them)
+    reuse_len: int | None = None  # tokens of a segment that enter the memory (None: all)
+    use_mems_eval: bool = True  # return mems by default in eval mode
+    use_mems_train: bool = False  # ... and in training mode
+    bi_data: bool = False  # not implemented (must stay False)
+    clamp_len: int = -1  # > 0: relative distances clipped to [-clamp_len, clamp_len]
+    same_length: bool = False  # acts only with attn_type="uni" (kept for Hugging Face round trips)
+    pad_token_id: int = 5  # <pad> of XLNet's SentencePiece vocabulary (the model needs no pad id)
+    tie_word_embeddings: bool = True  # the LM head's matrix is the word embedding matrix
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layer", "n_head", "d_inner"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_head != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_head={self.n_head}")
+        if self.d_model % 2 != 0:
+            raise ValueError(f"d_model={self.d_model} must be even (sines and cosines of the positions)")
+        if self.attn_type != "bi":
+            raise ValueError(
+                f"attn_type={self.attn_type!r} is not implemented: course_lib's XLNet has attn_type='bi' "
+                "(attention wherever perm_mask and padding allow)"
+            )
+        if self.bi_data:
+            raise ValueError("bi_data=True (forward and backward positions in one batch) is not implemented")
+        if self.mem_len is not None and self.mem_len < 0:
+            raise ValueError(f"mem_len must be None or >= 0, got {self.mem_len}")
+        if self.reuse_len is not None and self.reuse_len < 0:
+            raise ValueError(f"reuse_len must be None or >= 0, got {self.reuse_len}")
+        get_activation(self.ff_activation)
+
+    # the course's names and Hugging Face's attribute_map, read-only
+    @property
+    def n_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def n_layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def d_ff(self) -> int:
+        return self.d_inner
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def hidden_size(self) -> int:
+        return self.d_model
+
+    @property
+    def num_attention_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.n_layer
+
+    @classmethod
+    def from_course(
+        cls,
+        *,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        dropout: float = 0.1,
+        **kwargs: Any,
+    ) -> XLNetConfig:
+        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
+        return cls(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            n_head=n_heads,
+            n_layer=n_layers,
+            d_inner=4 * d_model if d_ff is None else d_ff,
+            dropout=dropout,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_hf(cls, hf_config: Any) -> XLNetConfig:
+        """The same configuration as a ``transformers.XLNetConfig`` (object or ``config.json`` dict).
+
+        Raises ``ValueError`` for another model family and for options not implemented here
+        (``attn_type="uni"``, ``bi_data``, an unknown activation).
+        """
+        d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
+        model_type = d.get("model_type")
+        if model_type is not None and model_type != "xlnet":
+            raise ValueError(f"a {model_type!r} config does not describe an XLNet model")
+        if "d_head" in d and d["d_head"] is not None and "d_model" in d and "n_head" in d:
+            if d["d_head"] != d["d_model"] // d["n_head"]:
+                raise ValueError(
+                    f"d_head={d['d_head']} must be d_model / n_head = {d['d_model'] // d['n_head']}"
+                )
+        nullable = {"mem_len", "reuse_len"}  # None means something for these two
+        kwargs = {
+            f.name: d[f.name]
+            for f in fields(cls)
+            if f.name in d and (d[f.name] is not None or f.name in nullable)
+        }
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------
+# Outputs (Hugging Face's field names)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class XLNetModelOutput(ModelOutput):
+    last_hidden_state: Tensor  # [batch, seq_len, d_model]; [batch, num_predict, d_model] with target_mapping
+    mems: tuple[Tensor, ...] | None = None  # per layer [mem_len, batch, d_model]: feed back as `mems`
+    hidden_states: tuple[Tensor, ...] | None = None  # every layer's input, then the output (h, g pairs)
+    attentions: tuple[Any, ...] | None = None  # per layer [batch, heads, seq, keys] (a pair with g)
+
+
+@dataclass
+class XLNetLMHeadModelOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, num_predict or seq_len, vocab_size]
+    mems: tuple[Tensor, ...] | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Any, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Relative positions
+# ---------------------------------------------------------------------------------------
+
+
+def relative_distances(q_len: int, k_len: int, *, clamp_len: int = -1, device=None) -> Tensor:
+    """The distances encoded with ``attn_type="bi"``: ``k_len, k_len - 1, ..., -q_len + 1``
+    (float ``[k_len + q_len]``), clipped to ``[-clamp_len, clamp_len]`` when ``clamp_len > 0``."""
+    d = torch.arange(k_len, -q_len, -1, device=device, dtype=torch.int64).float()
+    return d.clamp(-clamp_len, clamp_len) if clamp_len > 0 else d
+
+
+def relative_sinusoids(distances: Tensor, d_model: int) -> Tensor:
+    r"""``[n, d_model]``: :math:`[\sin(\delta \omega); \cos(\delta \omega)]` per distance, with
+    :math:`\omega_k = 10000^{-2k/d_{model}}` (all sines first, then all cosines; the
+    Transformer's table interleaves them)."""
+    freq = torch.arange(0, d_model, 2.0, device=distances.device, dtype=torch.int64).float()
+    inv_freq = 1 / torch.pow(10000, freq / d_model)
+    angles = distances[:, None] * inv_freq[None, :]
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+
+
+def rel_shift(scores: Tensor, k_len: int) -> Tensor:
+    """``[..., q_len, k_len + q_len]`` scores by distance index -> ``[..., q_len, k_len]`` by key:
+    ``out[..., i, j] = scores[..., i, j + q_len - i]``, for all rows at once by reshaping
+    (see the module docstring)."""
+    *lead, q_len, width = scores.shape
+    x = scores.reshape(*lead, width, q_len)[..., 1:, :]
+    return x.reshape(*lead, q_len, width - 1)[..., :k_len]
+
+
+# ---------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------
+
+
+class XLNetRelativeAttention(MultiHeadAttention):
+    """Multi-head attention with relative positions and segments, for both streams.
+
+    The projections are :class:`~course_lib.nn.attention.MultiHeadAttention`'s (no biases),
+    plus ``w_r`` for the relative encodings and the per-head vectors ``r_w_bias`` (u),
+    ``r_r_bias`` (v), ``r_s_bias`` (b) and ``seg_embed`` (:math:`s_+, s_-`). Its ``forward``
+    takes the two streams and the relative encodings, not ``MultiHeadAttention``'s
+    ``(query, key, value)``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=False)
+        self.w_r = nn.Linear(d_model, d_model, bias=False)
+        self.r_w_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # u: content
+        self.r_r_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # v: position
+        self.r_s_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # b: segment
+        self.seg_embed = nn.Parameter(torch.zeros(2, n_heads, self.d_head))  # s+ (same), s- (different)
+
+    def score_bias(self, q: Tensor, k_r: Tensor, seg_diff: Tensor | None, k_len: int) -> Tensor:
+        """The position and segment terms of the scores, scaled: ``[batch, heads, q_len, k_len]``.
+
+        ``q``: ``[batch, heads, q_len, d_head]`` at positions ``0..q_len-1``; ``k_r``:
+        ``[heads, k_len + q_len, d_head]``, the projected encodings of :func:`relative_distances`;
+        ``seg_diff``: boolean ``[batch, q_len, k_len]``, True where the segments differ.
+        """
+        raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
+        bias = rel_shift(raw, k_len)
+        if seg_diff is not None:
+            seg = torch.einsum("bnid,snd->bnis", q + self.r_s_bias[:, None], self.seg_embed)
+            bias = bias + torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1])
+        return bias / self.d_head**0.5
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        k_r: Tensor,
+        seg_diff: Tensor | None,
+        mask: Tensor | None,
+        return_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """softmax((q + u) k^T / sqrt(d_head) + position + segment) v, per head (before ``w_o``)."""
+        bias = self.score_bias(q, k_r, seg_diff, k.size(-2))
+        p = self.dropout if self.training else 0.0
+        return attention(
+            q + self.r_w_bias[:, None], k, v, mask, bias=bias, dropout_p=p, return_weights=return_weights
+        )
+
+    def forward(
+        self,
+        h: Tensor,
+        g: Tensor | None = None,
+        *,
+        pos_emb: Tensor,
+        mem: Tensor | None = None,
+        seg_diff: Tensor | None = None,
+        mask_h: Tensor | None = None,
+        mask_g: Tensor | None = None,
+        target_mapping: Tensor | None = None,
+        return_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None, Any]:
+        """Both streams over the keys ``[mem; h]``: ``(h out, g out or None, weights or None)``.
+
+        ``h``: ``[batch, q_len, d_model]``; ``g``: ``[batch, num_predict, d_model]`` placed by
+        ``target_mapping`` ``[batch, num_predict, q_len]`` (or ``[batch, q_len, d_model]`` without
+        one); ``mem``: ``[batch, mem_len, d_model]``; ``pos_emb``: ``[k_len + q_len, d_model]``;
+        masks boolean (True = may attend), broadcasting to ``[batch, heads, q_len, k_len]``.
+        Weights: the content stream's, or the pair (content, query) when ``g`` is given.
+        """
+        keys = h if mem is None else torch.cat([mem, h], dim=1)
+        k = self.split_heads(self.w_k(keys))
+        v = self.split_heads(self.w_v(keys))
+        k_r = self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)  # [heads, P, d_head]
+        out_h, w_h = self.attend(self.split_heads(self.w_q(h)), k, v, k_r, seg_diff, mask_h, return_weights)
+        out_h = self.w_o(self.merge_heads(out_h))
+        if g is None:
+            return out_h, None, w_h
+        q_g = self.split_heads(self.w_q(g))  # [batch, heads, num_predict, d_head]
+        if target_mapping is not None:  # each prediction's query to its position
+            target_mapping = target_mapping.to(q_g.dtype)
+            q_g = torch.einsum("bnmd,bml->bnld", q_g, target_mapping)
+        out_g, w_g = self.attend(q_g, k, v, k_r, seg_diff, mask_g, return_weights)
+        if target_mapping is not None:  # ... and the result back to the prediction
+            out_g = torch.einsum("bnld,bml->bnmd", out_g, target_mapping)
+        out_g = self.w_o(self.merge_heads(out_g))
+        return out_h, out_g, ((w_h, w_g) if return_weights else None)
+
+
+class XLNetLayer(nn.Module):
+    """One post-LN layer, applied to both streams with the same weights: relative attention,
+    then the feed-forward network (named like :class:`~course_lib.models.bert.BertLayer`)."""
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        c = config
+        self.attention = XLNetRelativeAttention(c.d_model, c.n_head, dropout=c.dropout)
+        self.attention_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.ffn = FeedForward(c.d_model, c.d_inner, dropout=c.dropout, activation=c.ff_activation)
+        self.ffn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+
+    def sublayers(self, x: Tensor, attended: Tensor) -> Tensor:
+        """The residual connections, LayerNorms and the feed-forward network around the attention."""
+        x = self.attention_norm(x + self.dropout(attended))
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+
+    def forward(
+        self, h: Tensor, g: Tensor | None = None, **attention_args: Any
+    ) -> tuple[Tensor, Tensor | None, Any]:
+        a_h, a_g, weights = self.attention(h, g, **attention_args)
+        h = self.sublayers(h, a_h)
+        g = self.sublayers(g, a_g) if g is not None else None
+        return h, g, weights
+
+
+# ---------------------------------------------------------------------------------------
+# Hugging Face names and layouts
+# ---------------------------------------------------------------------------------------
+
+# one layer: our name -> Hugging Face's, inside the layer
+_XLNET_LINEARS = {
+    "attention_norm": "rel_attn.layer_norm",
+    "ffn.linear1": "ff.layer_1",
+    "ffn.linear2": "ff.layer_2",
+    "ffn_norm": "ff.layer_norm",
+}
+_XLNET_PROJECTIONS = {"w_q": "q", "w_k": "k", "w_v": "v", "w_r": "r", "w_o": "o"}
+_XLNET_VECTORS = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
+
+
+def xlnet_hf_names(config: XLNetConfig, ours: str = "", theirs: str = "") -> dict[str, str]:
+    """Our parameter names -> Hugging Face's, for :class:`XLNetModel` at ``ours`` and
+    ``transformers.XLNetModel`` at ``theirs`` (prefixes, ``""`` for none)."""
+    o = f"{ours}." if ours else ""
+    t = f"{theirs}." if theirs else ""
+    names = {f"{o}word_embedding.weight": f"{t}word_embedding.weight", f"{o}mask_emb": f"{t}mask_emb"}
+    for i in range(config.n_layer):
+        mine, hf = f"{o}layers.{i}", f"{t}layer.{i}"
+        for a, b in _XLNET_LINEARS.items():
+            names.update(linear_names(f"{mine}.{a}", f"{hf}.{b}"))
+        for a, b in _XLNET_PROJECTIONS.items():
+            names[f"{mine}.attention.{a}.weight"] = f"{hf}.rel_attn.{b}"
+        for a in _XLNET_VECTORS:
+            names[f"{mine}.attention.{a}"] = f"{hf}.rel_attn.{a}"
+    return names
+
+
+def hf_state_dict_to_ours(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A Hugging Face XLNet state dict (names kept) with its attention projections in our layout.
+
+    Hugging Face's ``q, k, v, r`` are ``[d_model, heads, d_head]`` (input first): our
+    ``nn.Linear`` weight ``[heads * d_head, d_model]`` is their transpose; ``o`` maps back,
+    ``[d_model, heads * d_head]`` as it is.
+    """
+    out = {}
+    for name, t in state_dict.items():
+        module, _, leaf = name.rpartition(".")
+        if module.endswith("rel_attn") and leaf in ("q", "k", "v", "r"):
+            t = t.reshape(t.size(0), -1).t()
+        elif module.endswith("rel_attn") and leaf == "o":
+            t = t.reshape(t.size(0), -1)
+        out[name] = t
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The models
+# ---------------------------------------------------------------------------------------
+
+
+def _init_xlnet_weights(module: nn.Module, std: float) -> None:
+    """BERT's initialisation (N(0, std) weights, zero biases, unit LayerNorms), and N(0, std)
+    for ``mask_emb`` and the relative attention's vectors (as Hugging Face does)."""
+    _init_bert_weights(module, std)
+    for m in module.modules():
+        if isinstance(m, XLNetRelativeAttention):
+            for p in (m.r_w_bias, m.r_r_bias, m.r_s_bias, m.seg_embed):
+                nn.init.normal_(p, mean=0.0, std=std)
+        elif isinstance(m, XLNetModel):
+            nn.init.normal_(m.mask_emb, mean=0.0, std=std)
+
+
+def check_inputs(
+    config: XLNetConfig,
+    input_ids: Tensor,
+    *,
+    attention_mask: Tensor | None = None,
+    input_mask: Tensor | None = None,
+    token_type_ids: Tensor | None = None,
+    perm_mask: Tensor | None = None,
+    target_mapping: Tensor | None = None,
+) -> None:
+    """Shapes of XLNet's inputs, and ids inside the vocabulary (``ValueError`` otherwise)."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+    b, n = input_ids.shape
+    for name, t in (
+        ("attention_mask", attention_mask),
+        ("input_mask", input_mask),
+        ("token_type_ids", token_type_ids),
+    ):
+        if t is not None and tuple(t.shape) != (b, n):
+            raise ValueError(f"{name} must have the shape of input_ids {(b, n)}, got {tuple(t.shape)}")
+    if attention_mask is not None and input_mask is not None:
+        raise ValueError("give attention_mask (1 = token, 0 = padding) or input_mask (1 = padding), not both")
+    if perm_mask is not None and tuple(perm_mask.shape) != (b, n, n):
+        raise ValueError(
+            f"perm_mask must be [batch, seq_len, seq_len] = {(b, n, n)}, got {tuple(perm_mask.shape)}"
+        )
+    if target_mapping is not None and (
+        target_mapping.dim() != 3 or target_mapping.size(0) != b or target_mapping.size(2) != n
+    ):
+        raise ValueError(
+            f"target_mapping must be [batch, num_predict, seq_len] = ({b}, P, {n}), "
+            f"got {tuple(target_mapping.shape)}"
+        )
+    lo, hi = torch.stack([input_ids.min(), input_ids.max()]).tolist()
+    if lo < 0 or hi >= config.vocab_size:
+        raise ValueError(
+            f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{lo}, {hi}]"
+        )
+
+
+class XLNetModel(nn.Module):
+    """The word embeddings, ``mask_emb`` and the stack of two-stream layers.
+
+    ``forward(input_ids, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
+    token_type_ids=None, input_mask=None, *, use_mems=None, output_attentions=False,
+    output_hidden_states=False)`` takes Hugging Face's arguments (see the module docstring) and
+    returns an :class:`XLNetModelOutput`: the query stream at the targets when
+    ``target_mapping`` is given, else the content stream.
+    """
+
+    config_class = XLNetConfig
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        if not isinstance(config, XLNetConfig):
+            raise TypeError(f"expected an XLNetConfig, got {type(config).__name__}")
+        c = config
+        self.config = c
+        self.word_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.mask_emb = nn.Parameter(torch.zeros(1, 1, c.d_model))  # w: the query stream's start
+        self.layers = nn.ModuleList(XLNetLayer(c) for _ in range(c.n_layer))
+        self.dropout = nn.Dropout(c.dropout)
+        _init_xlnet_weights(self, c.initializer_range)
+
+    @property
+    def device(self) -> torch.device:
+        return self.word_embedding.weight.device
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (tied ones counted once)."""
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    # --- pieces of the forward pass -----------------------------------------------------
+
+    def relative_encoding(self, q_len: int, k_len: int) -> Tensor:
+        """``[k_len + q_len, d_model]``: the sinusoids of the distances ``k_len .. -q_len + 1``."""
+        d = relative_distances(q_len, k_len, clamp_len=self.config.clamp_len, device=self.device)
+        return relative_sinusoids(d, self.config.d_model).to(self.word_embedding.weight.dtype)
+
+    @staticmethod
+    def attention_masks(
+        input_ids: Tensor,
+        mem_len: int,
+        attention_mask: Tensor | None,
+        input_mask: Tensor | None,
+        perm_mask: Tensor | None,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Boolean ``(content mask, query mask)``, ``[batch, 1, q_len, mem_len + q_len]``
+        (True = may attend), or ``(None, None)`` when nothing is hidden.
+
+        A key is hidden from query ``i`` where ``perm_mask[i, j]`` is set or ``j`` is padding;
+        memory is visible to all; the content stream also sees its own position.
+        """
+        b, q_len = input_ids.shape
+        pad = None
+        if attention_mask is not None:
+            pad = attention_mask == 0
+        elif input_mask is not None:
+            pad = input_mask != 0
+        if pad is not None and not bool(pad.any()):
+            pad = None
+        hidden = None if perm_mask is None else perm_mask != 0  # [batch, q_len, q_len]
+        if pad is not None:
+            hidden = pad[:, None, :] if hidden is None else hidden | pad[:, None, :]
+        if hidden is None:
+            return None, None
+        visible = ~hidden.expand(b, q_len, q_len)
+        if mem_len:
+            visible = torch.cat([visible.new_ones(b, q_len, mem_len), visible], dim=-1)
+        keys = torch.arange(mem_len + q_len, device=input_ids.device)
+        itself = keys[None, :] == torch.arange(q_len, device=input_ids.device)[:, None] + mem_len
+        return (visible | itself)[:, None], visible[:, None]
+
+    @staticmethod
+    def segment_differences(token_type_ids: Tensor | None, mem_len: int) -> Tensor | None:
+        """Boolean ``[batch, q_len, mem_len + q_len]``: True where query and key lie in different
+        segments (memory counts as segment 0); None without ``token_type_ids``."""
+        if token_type_ids is None:
+            return None
+        keys = token_type_ids
+        if mem_len:
+            keys = torch.cat([token_type_ids.new_zeros(token_type_ids.size(0), mem_len), keys], dim=1)
+        return token_type_ids[:, :, None] != keys[:, None, :]
+
+    def memory_of(self, h: Tensor, mem: Tensor | None) -> Tensor:
+        """The next segment's memory of one layer, ``[mem_len, batch, d_model]``: the last
+        ``mem_len`` of ``[mem; h[:reuse_len]]``, detached (``mem`` in that layout too)."""
+        c = self.config
+        cur = h.transpose(0, 1)  # time-first, Hugging Face's layout
+        if c.reuse_len:
+            cur = cur[: c.reuse_len]
+        states = cur if mem is None else torch.cat([mem, cur], dim=0)
+        if c.mem_len:
+            states = states[-c.mem_len :]
+        return states.detach()
+
+    def _check_mems(self, mems: Sequence[Tensor] | None, batch: int) -> list[Tensor] | None:
+        if mems is None:
+            return None
+        mems = list(mems)
+        if len(mems) != self.config.n_layer:
+            raise ValueError(f"mems must hold one tensor per layer ({self.config.n_layer}), got {len(mems)}")
+        shape = tuple(mems[0].shape)
+        for m in mems:
+            if (
+                m.dim() != 3
+                or m.size(1) != batch
+                or m.size(2) != self.config.d_model
+                or tuple(m.shape) != shape
+            ):
+                raise ValueError(
+                    f"every mems tensor must be [mem_len, batch={batch}, d_model={self.config.d_model}] "
+                    f"(time first, as returned), got {[tuple(x.shape) for x in mems]}"
+                )
+        return mems
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        mems: Sequence[Tensor] | None = None,
+        perm_mask: Tensor | None = None,
+        target_mapping: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        input_mask: Tensor | None = None,
+        *,
+        use_mems: bool | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> XLNetModelOutput:
+        c = self.config
+        check_inputs(
+            c,
+            input_ids,
+            attention_mask=attention_mask,
+            input_mask=input_mask,
+            token_type_ids=token_type_ids,
+            perm_mask=perm_mask,
+            target_mapping=target_mapping,
+        )
+        b, q_len = input_ids.shape
+        mems = self._check_mems(mems, b)
+        mem_len = 0 if mems is None else mems[0].size(0)
+        if use_mems is None:
+            use_mems = c.use_mems_train if self.training else c.use_mems_eval
+
+        mask_h, mask_g = self.attention_masks(input_ids, mem_len, attention_mask, input_mask, perm_mask)
+        seg_diff = self.segment_differences(token_type_ids, mem_len)
+        pos_emb = self.dropout(self.relative_encoding(q_len, mem_len + q_len))
+        h = self.dropout(self.word_embedding(input_ids))
+        g = None
+        if target_mapping is not None:
+            g = self.dropout(self.mask_emb.expand(b, target_mapping.size(1), -1))
+
+        new_mems: list[Tensor] = []
+        hidden: list[Tensor] = []
+        weights: list[Any] = []
+        for i, layer in enumerate(self.layers):
+            mem = None if mems is None else mems[i]
+            if use_mems:
+                new_mems.append(self.memory_of(h, mem))
+            if output_hidden_states:
+                hidden.extend((h, g) if g is not None else (h,))
+            h, g, w = layer(
+                h,
+                g,
+                pos_emb=pos_emb,
+                mem=None if mem is None else mem.transpose(0, 1),
+                seg_diff=seg_diff,
+                mask_h=mask_h,
+                mask_g=mask_g,
+                target_mapping=target_mapping,
+                return_weights=output_attentions,
+            )
+            if output_attentions:
+                weights.append(w)
+        if output_hidden_states:
+            hidden.extend((h, g) if g is not None else (h,))
+        return XLNetModelOutput(
+            last_hidden_state=self.dropout(g if g is not None else h),
+            mems=tuple(new_mems) if use_mems else None,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+            attentions=tuple(weights) if output_attentions else None,
+        )
+
+    # --- Hugging Face -------------------------------------------------------------------
+
+    def hf_names(self, prefix: str = "") -> dict[str, str]:
+        """Our parameter names -> ``transformers.XLNetModel``'s (with ``prefix``, e.g. ``"transformer"``)."""
+        return xlnet_hf_names(self.config, "", prefix)
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module) -> XLNetModel:
+        """The same configuration and weights as a ``transformers`` XLNet (``XLNetModel``, or a
+        model with one inside, e.g. ``XLNetLMHeadModel``: its body is copied). Eval mode."""
+        model = cls(XLNetConfig.from_hf(hf_model.config))
+        base = getattr(hf_model, "base_model", hf_model)
+        load_hf_state_dict(model, hf_state_dict_to_ours(base.state_dict()), model.hf_names())
+        return model.eval()
+
+
+class XLNetLMHeadModel(nn.Module):
+    r"""XLNet with its language-model head: :math:`\mathrm{logits} = x\, W_e^\top + b` on the
+    model's output (the query stream at the targets with ``target_mapping``), ``W_e`` the word
+    embeddings when ``tie_word_embeddings``.
+
+    ``forward`` takes :class:`XLNetModel`'s arguments and ``labels`` ``[batch, num_predict]``
+    (``-100``: no loss), and returns an :class:`XLNetLMHeadModelOutput`; the loss is the mean
+    cross-entropy over the labelled targets.
+    """
+
+    config_class = XLNetConfig
+    base_attr = "transformer"  # Hugging Face's name of the body
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        self.config = config
+        self.transformer = XLNetModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
+        _init_bert_weights(self.lm_head, config.initializer_range)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the head's matrix with the word embeddings (when the config says so)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.transformer.word_embedding.weight
+
+    @property
+    def base(self) -> XLNetModel:
+        return self.transformer
+
+    @property
+    def device(self) -> torch.device:
+        return self.transformer.device
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (tied ones counted once)."""
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        mems: Sequence[Tensor] | None = None,
+        perm_mask: Tensor | None = None,
+        target_mapping: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        input_mask: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        use_mems: bool | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> XLNetLMHeadModelOutput:
+        out = self.transformer(
+            input_ids,
+            attention_mask,
+            mems,
+            perm_mask,
+            target_mapping,
+            token_type_ids,
+            input_mask,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(out.last_hidden_state)
+        return XLNetLMHeadModelOutput(
+            loss=masked_lm_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            mems=out.mems,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+    def hf_names(self) -> dict[str, str]:
+        """Our parameter names -> ``transformers.XLNetLMHeadModel``'s (a tied head maps to the
+        word embeddings too)."""
+        names = xlnet_hf_names(self.config, self.base_attr, self.base_attr)
+        return {**names, **linear_names("lm_head", "lm_loss")}
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module) -> XLNetLMHeadModel:
+        """Copy a ``transformers.XLNetLMHeadModel`` (configuration and weights); eval mode."""
+        model = cls(XLNetConfig.from_hf(hf_model.config))
+        load_hf_state_dict(model, hf_state_dict_to_ours(hf_model.state_dict()), model.hf_names())
+        return model.eval()
