@@ -5,6 +5,8 @@
 * :mod:`.pairs`: sentence pairs on token ids (next-sentence and sentence-order prediction),
   packing, batches;
 * :mod:`.losses`: the ``loss_fn`` of each objective for :func:`course_lib.train.fit`.
+* :mod:`.permutation`: XLNet's permutation LM (factorisation orders, ``perm_mask`` and
+  ``target_mapping`` with partial prediction, its ``loss_fn``).
 
 This layer sits above the models (it calls them) and the data (it reads token ids).
 """
@@ -32,6 +34,17 @@ from .pairs import (
     reverse_sequences,
     trim_padding,
     truncate_pair_lengths,
+)
+from .permutation import (
+    PermutationMasks,
+    factorised_log_prob,
+    order_context,
+    order_ranks,
+    permutation_masks,
+    plm_batch,
+    plm_loss,
+    sample_orders,
+    targets_per_row,
 )
 
 __all__ = [
@@ -62,4 +75,13 @@ __all__ = [
     "trim_padding",
     "reverse_sequences",
     "truncate_pair_lengths",
+    "PermutationMasks",
+    "sample_orders",
+    "order_ranks",
+    "targets_per_row",
+    "permutation_masks",
+    "plm_batch",
+    "plm_loss",
+    "order_context",
+    "factorised_log_prob",
 ]
