@@ -190,23 +190,6 @@ def test_greedy_generation_and_its_statistics(masked, causal):
         generation_statistics(["", " "])
 
 
-def test_unigram_plateau_by_hand():
-    from course_lib.analysis import unigram_plateau
-
-    # vocabulary of 6; 0 and 1 are special; training counts: 2 x1, 3 x3, 4 x1, 5 x0
-    train = torch.tensor([[0, 2, 3, 3], [0, 3, 4, 1]])
-    held = torch.tensor([0, 3, 2, 5, 3, 1])
-    r = unigram_plateau(train, held, vocab_size=6, special_ids=[0, 1])
-    smoothed = torch.tensor([1, 1, 2, 4, 2, 1], dtype=torch.float64) / 11  # add one; specials count 0 + 1
-    assert r["token_id"] == 3
-    assert r["accuracy"] == pytest.approx(2 / 4)  # held-out non-special tokens 3, 2, 5, 3
-    assert r["loss"] == pytest.approx(float(-smoothed[[3, 2, 5, 3]].log().mean()))
-    with pytest.raises(ValueError, match="outside the vocabulary"):
-        unigram_plateau(train, torch.tensor([6]), vocab_size=6)
-    with pytest.raises(ValueError, match="no token that is not special"):
-        unigram_plateau(train, torch.tensor([0, 1]), vocab_size=6, special_ids=[0, 1])
-
-
 def test_causal_evaluation_refuses_a_masked_lm_and_restores_the_mode(causal, masked, docs):
     model, tok, _ = causal
     ex = pretraining_examples(docs[:4], tok, max_len=32, nsp=False, seed=3)

@@ -19,7 +19,7 @@ from .ar_ae import (
     sequence_log_likelihood,
 )
 from .attention import WordAttention, head_scores, word_attention
-from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy, unigram_plateau
+from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
 from .layers import layer_transitions, layer_vectors
 from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
@@ -40,7 +40,6 @@ __all__ = [
     "sequence_log_likelihood",
     "SIDES",
     "TopicMatcher",
-    "unigram_plateau",
     "generate_greedy",
     "generation_statistics",
     "hidden_word_accuracy",

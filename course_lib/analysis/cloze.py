@@ -8,8 +8,6 @@ and text written one token at a time.
   simply not attended to, as if they were padding). A left-to-right model
   (``config.is_decoder``) reads only the left side by construction: it predicts the word
   from the positions before it.
-* :func:`unigram_plateau`: what a model that ignores the context gets right, the level a
-  masked LM sits on until it learns to read its neighbours.
 * :func:`generate_greedy`: a left-to-right model writes the most likely next token; a masked
   LM is made to do the same by appending ``[MASK]`` and filling it, one token at a time.
 """
@@ -25,7 +23,7 @@ from torch import Tensor, nn
 from ..data.tokenizers import special_ids
 from ..train import model_device
 
-__all__ = ["SIDES", "hidden_word_accuracy", "generate_greedy", "generation_statistics", "unigram_plateau"]
+__all__ = ["SIDES", "hidden_word_accuracy", "generate_greedy", "generation_statistics"]
 
 SIDES = ("both sides visible", "right side hidden", "left side hidden")
 
@@ -129,38 +127,4 @@ def generation_statistics(continuations: Sequence[str]) -> dict[str, float]:
         "full_stop_share": sum(w.count(".") for w in words) / total,
         "distinct_share": sum(len(set(w)) for w in words) / total,
         "repeat_share": sum(sum(a == b for a, b in zip(w, w[1:])) for w in words) / total,
-    }
-
-
-def unigram_plateau(
-    train_ids: Tensor, heldout_ids: Tensor, *, vocab_size: int, special_ids: Sequence[int] = ()
-) -> dict[str, float]:
-    """The unigram baseline of a hidden-token predictor: the token frequencies of
-    ``train_ids`` (any shape; ``special_ids`` are not counted), add-one smoothed, used as the
-    prediction for every token of ``heldout_ids`` that is not special.
-
-    Returns ``token_id`` (the most frequent token), ``accuracy`` (the share of held-out tokens
-    equal to it: a model that always predicts it is right this often) and ``loss`` (the mean
-    held-out negative log-probability under the unigram distribution, in nats). A masked LM
-    whose accuracy and loss sit at these values has learned token frequencies and nothing
-    of the context."""
-    specials = torch.tensor(sorted(set(special_ids)), dtype=torch.long)
-    train = train_ids.reshape(-1).long()
-    held = heldout_ids.reshape(-1).long()
-    for name, t in (("train_ids", train), ("heldout_ids", held)):
-        if t.numel() and (t.min() < 0 or t.max() >= vocab_size):
-            raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size})")
-    counts = torch.bincount(train, minlength=vocab_size).double()
-    counts[specials] = 0
-    if counts.sum() == 0:
-        raise ValueError("train_ids holds no token that is not special")
-    unigram = (counts + 1) / (counts + 1).sum()
-    held = held[~torch.isin(held, specials)]
-    if held.numel() == 0:
-        raise ValueError("heldout_ids holds no token that is not special")
-    top = int(counts.argmax())
-    return {
-        "token_id": top,
-        "accuracy": float((held == top).double().mean()),
-        "loss": float(-unigram[held].log().mean()),
     }
