@@ -1,6 +1,6 @@
 """Study 05_ar_ae (course_lib/studies/ar_ae.py): a quick run gives every arm and metric, the
-five models share one network, and the chapter's text holds the two-word cities. (Its full
-results are not committed yet.)"""
+five models share one network, the committed results hold three seeds of every arm and
+metric, and the chapter's text holds the two-word cities."""
 
 import json
 
@@ -61,6 +61,13 @@ def test_quick_run_writes_every_arm_and_metric(tmp_path):
     (tmp_path / "05_ar_ae.json").write_text(out.read_text())
     with pytest.raises(ValueError, match="quick"):
         load_study("05_ar_ae", root=tmp_path)
+
+
+def test_committed_results_hold_three_seeds_of_every_arm_and_metric():
+    study = load_study("05_ar_ae")  # refuses results of another spec or a quick run
+    assert study.seeds == [0, 1, 2]
+    for seed in study.seeds:
+        _check(study.results[seed], SETTINGS)
 
 
 def test_the_chapter_text_names_every_two_word_city_often():
