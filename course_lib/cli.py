@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.grading.cli",
     "course_lib.recipes.bert",
     "course_lib.recipes.elmo",
+    "course_lib.recipes.xlnet",
     "course_lib.studies",
 ]
 
