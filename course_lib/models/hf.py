@@ -1,6 +1,7 @@
-r"""Hugging Face interop of the BERT family, in one place.
+r"""Hugging Face interop of the BERT family and XLNet, in one place.
 
-The model files (:mod:`~course_lib.models.bert`, :mod:`~course_lib.models.roberta`) hold the
+The model files (:mod:`~course_lib.models.bert`, :mod:`~course_lib.models.roberta`,
+:mod:`~course_lib.models.albert`, :mod:`~course_lib.models.xlnet`) hold the
 papers' networks; everything that exists only so that they meet ``transformers`` lives here:
 
 * **configuration**: the config dataclasses use Hugging Face's field names; :class:`HFConfig`
@@ -11,7 +12,8 @@ papers' networks; everything that exists only so that they meet ``transformers``
   ``prediction_logits``, ``logits``, ...), indexable like theirs, and ONE accessor for the
   masked-LM logits of any masked-LM model: ``out.mlm_logits``;
 * **name maps**: our parameter names -> theirs (:func:`bert_body_names` for the body, a
-  table of head names per task model, ``HEADS_*`` below);
+  table of head names per task model, ``HEADS_*`` below; :func:`xlnet_hf_names` for XLNet,
+  whose attention projections also change layout, :func:`xlnet_state_dict_to_ours`);
 * **checked loading**: :func:`load_hf_state_dict` copies a state dict through a name map
   and fails on any missing, unused or mis-shaped tensor; :class:`HFBody` and
   :class:`HFWithHeads` give the models their ``from_hf`` methods.
@@ -56,6 +58,10 @@ __all__ = [
     "albert_body_names",
     "HEADS_ALBERT_MLM",
     "HEADS_ALBERT_PRETRAINING",
+    "XLNetModelOutput",
+    "XLNetLMHeadModelOutput",
+    "xlnet_hf_names",
+    "xlnet_state_dict_to_ours",
 ]
 
 
@@ -540,3 +546,71 @@ class HFWithHeads:
         model = cls(cls.config_class.from_hf(hf_model.config))
         load_hf_state_dict(model, dict(hf_model.state_dict()), model.hf_names())
         return model.eval()
+
+
+# ---------------------------------------------------------------------------------------
+# XLNet: outputs, names and the attention projections' layout
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class XLNetModelOutput(ModelOutput):
+    last_hidden_state: Tensor  # [batch, seq_len, d_model]; [batch, num_predict, d_model] with target_mapping
+    mems: tuple[Tensor, ...] | None = None  # per layer [mem_len, batch, d_model]: feed back as `mems`
+    hidden_states: tuple[Tensor, ...] | None = None  # every layer's input, then the output (h, g pairs)
+    attentions: tuple[Any, ...] | None = None  # per layer [batch, heads, seq, keys] (a pair with g)
+
+
+@dataclass
+class XLNetLMHeadModelOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, num_predict or seq_len, vocab_size]
+    mems: tuple[Tensor, ...] | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Any, ...] | None = None
+
+
+# one layer: our name -> Hugging Face's, inside the layer
+_XLNET_LINEARS = {
+    "attention_norm": "rel_attn.layer_norm",
+    "ffn.linear1": "ff.layer_1",
+    "ffn.linear2": "ff.layer_2",
+    "ffn_norm": "ff.layer_norm",
+}
+_XLNET_PROJECTIONS = {"w_q": "q", "w_k": "k", "w_v": "v", "w_r": "r", "w_o": "o"}
+_XLNET_VECTORS = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
+
+
+def xlnet_hf_names(config: Any, ours: str = "", theirs: str = "") -> dict[str, str]:
+    """Our parameter names -> Hugging Face's, for :class:`~course_lib.models.xlnet.XLNetModel` at ``ours`` and
+    ``transformers.XLNetModel`` at ``theirs`` (prefixes, ``""`` for none)."""
+    o = f"{ours}." if ours else ""
+    t = f"{theirs}." if theirs else ""
+    names = {f"{o}word_embedding.weight": f"{t}word_embedding.weight", f"{o}mask_emb": f"{t}mask_emb"}
+    for i in range(config.n_layer):
+        mine, hf = f"{o}layers.{i}", f"{t}layer.{i}"
+        for a, b in _XLNET_LINEARS.items():
+            names.update(linear_names(f"{mine}.{a}", f"{hf}.{b}"))
+        for a, b in _XLNET_PROJECTIONS.items():
+            names[f"{mine}.attention.{a}.weight"] = f"{hf}.rel_attn.{b}"
+        for a in _XLNET_VECTORS:
+            names[f"{mine}.attention.{a}"] = f"{hf}.rel_attn.{a}"
+    return names
+
+
+def xlnet_state_dict_to_ours(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A Hugging Face XLNet state dict (names kept) with its attention projections in our layout.
+
+    Hugging Face's ``q, k, v, r`` are ``[d_model, heads, d_head]`` (input first): our
+    ``nn.Linear`` weight ``[heads * d_head, d_model]`` is their transpose; ``o`` maps back,
+    ``[d_model, heads * d_head]`` as it is.
+    """
+    out = {}
+    for name, t in state_dict.items():
+        module, _, leaf = name.rpartition(".")
+        if module.endswith("rel_attn") and leaf in ("q", "k", "v", "r"):
+            t = t.reshape(t.size(0), -1).t()
+        elif module.endswith("rel_attn") and leaf == "o":
+            t = t.reshape(t.size(0), -1)
+        out[name] = t
+    return out

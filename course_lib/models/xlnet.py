@@ -111,7 +111,7 @@ the same configuration (:class:`XLNetConfig` uses Hugging Face's field names). H
 stores :math:`W_q, W_k, W_v, W_r, W_o` as ``[d_model, heads, d_head]`` tensors used by
 ``einsum``; here they are the bias-free ``nn.Linear`` projections of
 :class:`~course_lib.nn.attention.MultiHeadAttention` (``w_q, w_k, w_v, w_o``, plus ``w_r``),
-and :func:`hf_state_dict_to_ours` converts the layout.
+and :func:`~course_lib.models.hf.xlnet_state_dict_to_ours` converts the layout.
 
 Paper / Hugging Face vs ours:
 
@@ -149,7 +149,14 @@ from torch import Tensor, nn
 from ..nn.attention import MultiHeadAttention, attention
 from ..nn.feedforward import FeedForward, get_activation
 from .bert import _count_parameters, _init_bert_weights, masked_lm_loss
-from .hf import ModelOutput, linear_names, load_hf_state_dict
+from .hf import (
+    XLNetLMHeadModelOutput,
+    XLNetModelOutput,
+    linear_names,
+    load_hf_state_dict,
+    xlnet_hf_names,
+    xlnet_state_dict_to_ours,
+)
 
 __all__ = [
     "XLNetConfig",
@@ -163,7 +170,7 @@ __all__ = [
     "relative_sinusoids",
     "rel_shift",
     "xlnet_hf_names",
-    "hf_state_dict_to_ours",
+    "xlnet_state_dict_to_ours",
 ]
 
 
@@ -300,28 +307,6 @@ class XLNetConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# ---------------------------------------------------------------------------------------
-# Outputs (Hugging Face's field names)
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class XLNetModelOutput(ModelOutput):
-    last_hidden_state: Tensor  # [batch, seq_len, d_model]; [batch, num_predict, d_model] with target_mapping
-    mems: tuple[Tensor, ...] | None = None  # per layer [mem_len, batch, d_model]: feed back as `mems`
-    hidden_states: tuple[Tensor, ...] | None = None  # every layer's input, then the output (h, g pairs)
-    attentions: tuple[Any, ...] | None = None  # per layer [batch, heads, seq, keys] (a pair with g)
-
-
-@dataclass
-class XLNetLMHeadModelOutput(ModelOutput):
-    loss: Tensor | None = None
-    logits: Tensor | None = None  # [batch, num_predict or seq_len, vocab_size]
-    mems: tuple[Tensor, ...] | None = None
-    hidden_states: tuple[Tensor, ...] | None = None
-    attentions: tuple[Any, ...] | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -474,56 +459,6 @@ class XLNetLayer(nn.Module):
         h = self.sublayers(h, a_h)
         g = self.sublayers(g, a_g) if g is not None else None
         return h, g, weights
-
-
-# ---------------------------------------------------------------------------------------
-# Hugging Face names and layouts
-# ---------------------------------------------------------------------------------------
-
-# one layer: our name -> Hugging Face's, inside the layer
-_XLNET_LINEARS = {
-    "attention_norm": "rel_attn.layer_norm",
-    "ffn.linear1": "ff.layer_1",
-    "ffn.linear2": "ff.layer_2",
-    "ffn_norm": "ff.layer_norm",
-}
-_XLNET_PROJECTIONS = {"w_q": "q", "w_k": "k", "w_v": "v", "w_r": "r", "w_o": "o"}
-_XLNET_VECTORS = ("r_w_bias", "r_r_bias", "r_s_bias", "seg_embed")
-
-
-def xlnet_hf_names(config: XLNetConfig, ours: str = "", theirs: str = "") -> dict[str, str]:
-    """Our parameter names -> Hugging Face's, for :class:`XLNetModel` at ``ours`` and
-    ``transformers.XLNetModel`` at ``theirs`` (prefixes, ``""`` for none)."""
-    o = f"{ours}." if ours else ""
-    t = f"{theirs}." if theirs else ""
-    names = {f"{o}word_embedding.weight": f"{t}word_embedding.weight", f"{o}mask_emb": f"{t}mask_emb"}
-    for i in range(config.n_layer):
-        mine, hf = f"{o}layers.{i}", f"{t}layer.{i}"
-        for a, b in _XLNET_LINEARS.items():
-            names.update(linear_names(f"{mine}.{a}", f"{hf}.{b}"))
-        for a, b in _XLNET_PROJECTIONS.items():
-            names[f"{mine}.attention.{a}.weight"] = f"{hf}.rel_attn.{b}"
-        for a in _XLNET_VECTORS:
-            names[f"{mine}.attention.{a}"] = f"{hf}.rel_attn.{a}"
-    return names
-
-
-def hf_state_dict_to_ours(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """A Hugging Face XLNet state dict (names kept) with its attention projections in our layout.
-
-    Hugging Face's ``q, k, v, r`` are ``[d_model, heads, d_head]`` (input first): our
-    ``nn.Linear`` weight ``[heads * d_head, d_model]`` is their transpose; ``o`` maps back,
-    ``[d_model, heads * d_head]`` as it is.
-    """
-    out = {}
-    for name, t in state_dict.items():
-        module, _, leaf = name.rpartition(".")
-        if module.endswith("rel_attn") and leaf in ("q", "k", "v", "r"):
-            t = t.reshape(t.size(0), -1).t()
-        elif module.endswith("rel_attn") and leaf == "o":
-            t = t.reshape(t.size(0), -1)
-        out[name] = t
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -781,7 +716,7 @@ class XLNetModel(nn.Module):
         model with one inside, e.g. ``XLNetLMHeadModel``: its body is copied). Eval mode."""
         model = cls(XLNetConfig.from_hf(hf_model.config))
         base = getattr(hf_model, "base_model", hf_model)
-        load_hf_state_dict(model, hf_state_dict_to_ours(base.state_dict()), model.hf_names())
+        load_hf_state_dict(model, xlnet_state_dict_to_ours(base.state_dict()), model.hf_names())
         return model.eval()
 
 
@@ -869,5 +804,5 @@ class XLNetLMHeadModel(nn.Module):
     def from_hf(cls, hf_model: nn.Module) -> XLNetLMHeadModel:
         """Copy a ``transformers.XLNetLMHeadModel`` (configuration and weights); eval mode."""
         model = cls(XLNetConfig.from_hf(hf_model.config))
-        load_hf_state_dict(model, hf_state_dict_to_ours(hf_model.state_dict()), model.hf_names())
+        load_hf_state_dict(model, xlnet_state_dict_to_ours(hf_model.state_dict()), model.hf_names())
         return model.eval()
