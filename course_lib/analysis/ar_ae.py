@@ -66,6 +66,7 @@ from torch import Tensor, nn
 from ..objectives.pairs import reverse_sequences
 from ..train import evaluating, model_device
 from .cloze import _is_causal
+from .xlnet import is_permutation_lm, plm_pair_joint
 
 __all__ = [
     "next_token_log_probs",
@@ -322,6 +323,10 @@ def pair_joint(
       given :math:`x_{<i}`, and :func:`normalise_grid` of the full-vocabulary grid is
       :math:`p(a, b \mid x_{<i}, x_{i+1..j-1})`. Position ``i`` must be at least 1 (the
       first token is given, never predicted). For adjacent positions both are the same.
+    * **Permutation LM** (XLNet, :func:`~course_lib.analysis.xlnet.plm_pair_joint`): the
+      chain rule again, :math:`p(x_i = a \mid x_{\setminus ij})\, p(x_j = b \mid
+      x_{\setminus ij}, a)`, but every other token, on both sides, is context; the two
+      positions come last in the factorisation order. Sums to 1 over the full vocabulary.
     """
     ids, att, lengths = _batch(model, input_ids, attention_mask, single=True)
     if len(positions) != 2:
@@ -336,6 +341,8 @@ def pair_joint(
     cj = torch.tensor(_ids_list(model, candidates_j, "candidates_j"), device=ids.device)
     if token_type_ids is not None:
         token_type_ids = token_type_ids.reshape(ids.shape).to(ids.device)
+    if is_permutation_lm(model):  # XLNet: the chain rule with both sides as context
+        return plm_pair_joint(model, ids[0, :n], (i, j), ci.tolist(), cj.tolist())
     if not _is_causal(model):
         x = ids.clone()
         x[0, [i, j]] = _vocab_id(model, mask_token_id, "mask_token_id")
