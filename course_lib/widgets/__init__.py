@@ -4,6 +4,16 @@ the notebooks only display them."""
 from .attention import AttentionExplorer, apply_temperature, transformer_attention
 from .masking import MaskingDraw, MaskingWidget, TokenRow, bert_attention, bert_attention_explorer
 from .parameters import ParameterCounter, SizeReport, plot_breakdown, size_config
+from .permutation import (
+    PAPER_ORDER,
+    FactorisedProbabilities,
+    PermutationView,
+    PermutationWidget,
+    factorised_probabilities,
+    permutation_view,
+    permutation_widget,
+    plot_permutation_masks,
+)
 
 __all__ = [
     "AttentionExplorer",
@@ -18,4 +28,12 @@ __all__ = [
     "SizeReport",
     "plot_breakdown",
     "size_config",
+    "PAPER_ORDER",
+    "FactorisedProbabilities",
+    "PermutationView",
+    "PermutationWidget",
+    "factorised_probabilities",
+    "permutation_view",
+    "permutation_widget",
+    "plot_permutation_masks",
 ]
