@@ -38,6 +38,7 @@ from .pairs import (
 from .permutation import (
     PermutationMasks,
     factorised_log_prob,
+    factorised_step_log_probs,
     order_context,
     order_ranks,
     permutation_masks,
@@ -84,4 +85,5 @@ __all__ = [
     "plm_loss",
     "order_context",
     "factorised_log_prob",
+    "factorised_step_log_probs",
 ]

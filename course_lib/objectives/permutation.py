@@ -75,6 +75,7 @@ __all__ = [
     "plm_batch",
     "plm_loss",
     "order_context",
+    "factorised_step_log_probs",
     "factorised_log_prob",
 ]
 
@@ -372,25 +373,26 @@ def plm_loss(
     return out.loss, {"plm_accuracy": acc.item()}
 
 
-def factorised_log_prob(
+def factorised_step_log_probs(
     model: nn.Module,
     input_ids: Tensor,
     order: Tensor | Sequence[int] | Sequence[Sequence[int]],
     *,
     token_type_ids: Tensor | None = None,
 ) -> Tensor:
-    r""":math:`\sum_t \log p(x_{z_t} \mid x_{z_{<t}})`: a sequence's log-probability under one
-    factorisation order, from the query stream.
+    r"""``[batch, T]``: each step's :math:`\log p(x_{z_t} \mid x_{z_{<t}})` under one
+    factorisation order per row, column ``t`` for step ``t`` of the order (0 after a row's real
+    tokens), from the query stream, in one call.
 
-    ``input_ids`` ``[batch, seq_len]`` (or one ``[seq_len]`` row: a scalar comes back);
+    ``input_ids`` ``[batch, seq_len]`` (or one ``[seq_len]`` row: ``[T]`` comes back);
     ``order`` one ``[seq_len]`` order for every row or ``[batch, seq_len]``, ``-1`` after the
     real tokens (positions not in the order are padding and not scored). Every token of the
-    order is a target of one call (``target_mapping`` holds them all; ``perm_mask`` gives each
+    order is a target of the call (``target_mapping`` holds them all; ``perm_mask`` gives each
     exactly its predecessors). The model runs in its current mode and with gradients: call
     ``model.eval()`` (and ``torch.no_grad()``) for scores. With course_lib's XLNet the first
     token of the order, which sees no key, gets a zero attention output; Hugging Face's lets it
-    attend to every token (see :mod:`course_lib.models.xlnet`), so there the sum is not a
-    proper log-probability.
+    attend to every token (see :mod:`course_lib.models.xlnet`), so there the first step is not
+    a proper probability.
     """
     single = input_ids.dim() == 1
     ids = input_ids[None] if single else input_ids
@@ -410,6 +412,18 @@ def factorised_log_prob(
     )
     logits = out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
     logp = torch.log_softmax(logits, dim=-1)
-    picked = logp.gather(-1, masks.labels.clamp(min=0)[..., None]).squeeze(-1)
-    total = (picked * masks.target_mask).sum(-1)
-    return total[0] if single else total
+    picked = logp.gather(-1, masks.labels.clamp(min=0)[..., None]).squeeze(-1) * masks.target_mask
+    return picked[0] if single else picked
+
+
+def factorised_log_prob(
+    model: nn.Module,
+    input_ids: Tensor,
+    order: Tensor | Sequence[int] | Sequence[Sequence[int]],
+    *,
+    token_type_ids: Tensor | None = None,
+) -> Tensor:
+    r""":math:`\sum_t \log p(x_{z_t} \mid x_{z_{<t}})`: a sequence's log-probability under one
+    factorisation order, from the query stream: the sum of :func:`factorised_step_log_probs`
+    (same arguments; a scalar for one ``[seq_len]`` row, else ``[batch]``)."""
+    return factorised_step_log_probs(model, input_ids, order, token_type_ids=token_type_ids).sum(-1)

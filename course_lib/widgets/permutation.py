@@ -43,7 +43,14 @@ import torch
 from torch import Tensor
 
 from ..models.xlnet import XLNetModel
-from ..objectives.permutation import order_context, order_ranks, permutation_masks, sample_orders
+from ..objectives.permutation import (
+    factorised_step_log_probs,
+    order_context,
+    order_ranks,
+    permutation_masks,
+    sample_orders,
+)
+from ..train import evaluating
 
 __all__ = [
     "PAPER_ORDER",
@@ -316,35 +323,21 @@ def factorised_probabilities(
     r"""Each step's :math:`p(x_{z_t} \mid x_{z_{<t}})` of a sentence under ``order``, in one call.
 
     ``model``: an :class:`~course_lib.models.xlnet.XLNetLMHeadModel`; ``ids``: the sentence's
-    ``[T]`` token ids; ``order`` as in :func:`permutation_view`. The call is
-    :func:`~course_lib.objectives.permutation.factorised_log_prob`'s (every token a target,
-    ``perm_mask`` and ``target_mapping`` from :func:`permutation_masks`), so the steps' log
-    terms sum to its value; here the model runs in eval mode without gradients (its mode is
-    restored). With Hugging Face's XLNet the first step attends to every token (see
-    :mod:`course_lib.models.xlnet`) and is not a proper probability.
+    ``[T]`` token ids; ``order`` as in :func:`permutation_view`. The steps are
+    :func:`~course_lib.objectives.permutation.factorised_step_log_probs` (every token a target),
+    so their log terms sum to :func:`~course_lib.objectives.permutation.factorised_log_prob`;
+    here the model runs in eval mode without gradients (its mode is restored). With Hugging
+    Face's XLNet the first step attends to every token (see :mod:`course_lib.models.xlnet`)
+    and is not a proper probability.
     """
     x = torch.as_tensor(ids).long()
     if x.dim() != 1:
         raise ValueError(f"ids must be one sentence's [T] token ids, got shape {tuple(x.shape)}")
     positions = check_order(order, x.numel(), one_based=one_based)
     device = next(model.parameters()).device
-    x = x[None].to(device)
-    o = torch.tensor([positions], device=device)
-    masks = permutation_masks(o, input_ids=x)
-    was_training = model.training
-    model.eval()
-    try:
-        out = model(
-            x,
-            attention_mask=(order_ranks(o) >= 0).long(),
-            perm_mask=masks.perm_mask,
-            target_mapping=masks.target_mapping,
-        )
-    finally:
-        model.train(was_training)
-    logits = out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, masks.labels[..., None]).squeeze(-1)
-    return FactorisedProbabilities(order=positions, log_probs=logp[0].cpu())
+    with evaluating(model):
+        logp = factorised_step_log_probs(model, x.to(device), torch.tensor(positions, device=device))
+    return FactorisedProbabilities(order=positions, log_probs=logp.cpu())
 
 
 # ---------------------------------------------------------------------------------------
