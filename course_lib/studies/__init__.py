@@ -59,6 +59,7 @@ _MODULES = (
     "course_lib.studies.elmo",
     "course_lib.studies.albert",
     "course_lib.studies.ar_ae",
+    "course_lib.studies.xlnet",
 )
 
 
