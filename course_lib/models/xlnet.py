@@ -69,7 +69,10 @@ at :math:`p = K - \delta = j + T - i`: row :math:`i` shifted left by :math:`T - 
 the ``[T, K+T]`` matrix as ``[K+T, T]``, dropping its first row and reading the rest as
 ``[T, K+T-1]`` does exactly that shift for every row at once (:func:`rel_shift`); the first
 :math:`K` columns are the keys. ``clamp_len > 0`` clips :math:`\delta` to
-:math:`\pm` ``clamp_len``.
+:math:`\pm` ``clamp_len``. The distances, their sinusoids, the shift and the memory update live
+in :mod:`course_lib.nn.relative`, shared with Transformer-XL (:mod:`course_lib.models.transfo_xl`);
+this module re-exports :func:`relative_distances`, :func:`relative_sinusoids` and
+:func:`rel_shift`.
 
 *Relative segments.* Instead of a segment embedding added to the input, a pair of positions
 is scored by whether it lies in the same segment: :math:`s_{ij} = s_{+}` (``seg_embed[0]``)
@@ -95,7 +98,9 @@ the previous segment's content states: layer :math:`m` attends over
 
 the last ``mem_len`` input states of the layer (all of them when ``mem_len`` is None or 0;
 with ``reuse_len`` only the first ``reuse_len`` tokens of the segment enter it), with the
-gradient stopped (``sg``: detached). Memory is visible to every query of both streams (the
+gradient stopped (``sg``: detached; :func:`~course_lib.nn.relative.update_memory`). Note that
+``mem_len=0`` keeps *everything* here, as in Hugging Face's XLNet, while Transformer-XL's
+``mem_len=0`` means no memory. Memory is visible to every query of both streams (the
 previous segment's padding too: its mask is not remembered, as in Hugging Face). The
 returned ``mems`` are a tuple of one ``[mem_len, batch, d_model]`` tensor per layer: Hugging
 Face's (and the original code's) time-first layout, so the memory of either library feeds
@@ -148,6 +153,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, attention
 from ..nn.feedforward import FeedForward, get_activation
+from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
 from .bert import _count_parameters, _init_bert_weights, masked_lm_loss
 from .hf import (
     XLNetLMHeadModelOutput,
@@ -307,37 +313,6 @@ class XLNetConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# ---------------------------------------------------------------------------------------
-# Relative positions
-# ---------------------------------------------------------------------------------------
-
-
-def relative_distances(q_len: int, k_len: int, *, clamp_len: int = -1, device=None) -> Tensor:
-    """The distances encoded with ``attn_type="bi"``: ``k_len, k_len - 1, ..., -q_len + 1``
-    (float ``[k_len + q_len]``), clipped to ``[-clamp_len, clamp_len]`` when ``clamp_len > 0``."""
-    d = torch.arange(k_len, -q_len, -1, device=device, dtype=torch.int64).float()
-    return d.clamp(-clamp_len, clamp_len) if clamp_len > 0 else d
-
-
-def relative_sinusoids(distances: Tensor, d_model: int) -> Tensor:
-    r"""``[n, d_model]``: :math:`[\sin(\delta \omega); \cos(\delta \omega)]` per distance, with
-    :math:`\omega_k = 10000^{-2k/d_{model}}` (all sines first, then all cosines; the
-    Transformer's table interleaves them)."""
-    freq = torch.arange(0, d_model, 2.0, device=distances.device, dtype=torch.int64).float()
-    inv_freq = 1 / torch.pow(10000, freq / d_model)
-    angles = distances[:, None] * inv_freq[None, :]
-    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
-
-
-def rel_shift(scores: Tensor, k_len: int) -> Tensor:
-    """``[..., q_len, k_len + q_len]`` scores by distance index -> ``[..., q_len, k_len]`` by key:
-    ``out[..., i, j] = scores[..., i, j + q_len - i]``, for all rows at once by reshaping
-    (see the module docstring)."""
-    *lead, q_len, width = scores.shape
-    x = scores.reshape(*lead, width, q_len)[..., 1:, :]
-    return x.reshape(*lead, q_len, width - 1)[..., :k_len]
 
 
 # ---------------------------------------------------------------------------------------
@@ -610,30 +585,8 @@ class XLNetModel(nn.Module):
         cur = h.transpose(0, 1)  # time-first, Hugging Face's layout
         if c.reuse_len:
             cur = cur[: c.reuse_len]
-        states = cur if mem is None else torch.cat([mem, cur], dim=0)
-        if c.mem_len:
-            states = states[-c.mem_len :]
-        return states.detach()
-
-    def _check_mems(self, mems: Sequence[Tensor] | None, batch: int) -> list[Tensor] | None:
-        if mems is None:
-            return None
-        mems = list(mems)
-        if len(mems) != self.config.n_layer:
-            raise ValueError(f"mems must hold one tensor per layer ({self.config.n_layer}), got {len(mems)}")
-        shape = tuple(mems[0].shape)
-        for m in mems:
-            if (
-                m.dim() != 3
-                or m.size(1) != batch
-                or m.size(2) != self.config.d_model
-                or tuple(m.shape) != shape
-            ):
-                raise ValueError(
-                    f"every mems tensor must be [mem_len, batch={batch}, d_model={self.config.d_model}] "
-                    f"(time first, as returned), got {[tuple(x.shape) for x in mems]}"
-                )
-        return mems
+        # mem_len None or 0 keeps everything here (update_memory: None keeps all, 0 none)
+        return update_memory(mem, cur, c.mem_len or None, seq_dim=0)
 
     def forward(
         self,
@@ -660,7 +613,7 @@ class XLNetModel(nn.Module):
             target_mapping=target_mapping,
         )
         b, q_len = input_ids.shape
-        mems = self._check_mems(mems, b)
+        mems = check_mems(mems, c.n_layer, b, c.d_model, seq_dim=0)
         mem_len = 0 if mems is None else mems[0].size(0)
         if use_mems is None:
             use_mems = c.use_mems_train if self.training else c.use_mems_eval

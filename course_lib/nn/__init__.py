@@ -20,6 +20,7 @@ from .positional import (
     check_length,
     sinusoidal_table,
 )
+from .relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
 
 __all__ = [
     "MultiHeadAttention",
@@ -40,4 +41,9 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "check_length",
     "sinusoidal_table",
+    "check_mems",
+    "rel_shift",
+    "relative_distances",
+    "relative_sinusoids",
+    "update_memory",
 ]
