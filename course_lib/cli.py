@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.recipes.bert",
     "course_lib.recipes.elmo",
     "course_lib.recipes.xlnet",
+    "course_lib.recipes.transfo_xl",
     "course_lib.studies",
 ]
 

@@ -134,6 +134,7 @@ __all__ = [
     "TransfoXLModel",
     "TransfoXLLMHeadModel",
     "next_token_loss",
+    "segment_token_nll",
     "segmented_nll",
 ]
 
@@ -564,22 +565,20 @@ class TransfoXLLMHeadModel(nn.Module):
 # ---------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def segmented_nll(
+def segment_token_nll(
     model: TransfoXLLMHeadModel, input_ids: Tensor, segment_len: int, mem_len: int | None = None
 ) -> Tensor:
-    r"""Every token's negative log-likelihood (nats) over a long sequence, read segment by segment.
+    r"""``[batch, T - 1]``: every token's negative log-likelihood over a long sequence read
+    segment by segment, with the memory carried from one segment to the next, in the model's
+    current mode and *with* gradients (the memory itself is detached): the training loss of
+    segment-level recurrence is its mean, :func:`segmented_nll` its evaluation.
 
     ``input_ids`` ``[batch, T]`` is cut into segments of ``segment_len`` tokens (the last may be
-    shorter), run in order with the memory carried from one to the next (``mem_len``: its
-    length, default ``config.mem_len``; 0 runs every segment on its own). Returns ``[batch, T -
-    1]``: entry ``t`` is :math:`-\log p(x_{t+1} \mid \text{context of } x_t)`, the loss of the
-    prediction made at position ``t`` (the first token is never predicted). A segment's last
-    position predicts the next segment's first token, so no token is skipped at a boundary.
-
-    Runs in eval mode (no dropout) without gradients and restores the model's mode. Within a
-    segment, position ``k`` (0-based) sees ``k`` tokens of its segment plus the memory; without
-    memory, the loss of a token depends on its position in the segment.
+    shorter); ``mem_len`` is the memory's length (default ``config.mem_len``; 0 runs every
+    segment on its own). Entry ``t`` is :math:`-\log p(x_{t+1} \mid \text{context of } x_t)`, the
+    loss of the prediction made at position ``t`` (the first token is never predicted). A
+    segment's last position predicts the next segment's first token, so no token is skipped at
+    a boundary.
     """
     if not isinstance(model, TransfoXLLMHeadModel):
         raise TypeError(f"segmented_nll needs a TransfoXLLMHeadModel, got {type(model).__name__}")
@@ -589,22 +588,34 @@ def segmented_nll(
         raise ValueError(f"segment_len must be positive, got {segment_len}")
     if mem_len is not None and mem_len < 0:
         raise ValueError(f"mem_len must be None (config.mem_len) or >= 0, got {mem_len}")
-    b, total = input_ids.shape
+    total = input_ids.size(1)
+    parts = []
+    mems = None
+    for start in range(0, total - 1, segment_len):
+        out = model(input_ids[:, start : start + segment_len], mems, mem_len=mem_len)
+        mems = out.mems
+        targets = input_ids[:, start + 1 : start + segment_len + 1]
+        logits = out.logits[:, : targets.size(1)]
+        logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        parts.append(-logp.gather(-1, targets[..., None]).squeeze(-1))
+    return torch.cat(parts, dim=1)
+
+
+@torch.no_grad()
+def segmented_nll(
+    model: TransfoXLLMHeadModel, input_ids: Tensor, segment_len: int, mem_len: int | None = None
+) -> Tensor:
+    r"""Every token's negative log-likelihood (nats) over a long sequence, read segment by segment:
+    :func:`segment_token_nll` in eval mode (no dropout) without gradients (the model's mode is
+    restored). Returns ``[batch, T - 1]``: entry ``t`` is :math:`-\log p(x_{t+1} \mid
+    \text{context of } x_t)`.
+
+    Within a segment, position ``k`` (0-based) sees ``k`` tokens of its segment plus the
+    memory; without memory, the loss of a token depends on its position in the segment.
+    """
     was_training = model.training
     model.eval()
     try:
-        nll = None
-        mems = None
-        for start in range(0, total, segment_len):
-            out = model(input_ids[:, start : start + segment_len], mems, mem_len=mem_len)
-            mems = out.mems
-            targets = input_ids[:, start + 1 : start + segment_len + 1]
-            n = targets.size(1)
-            logits = out.logits[:, :n]
-            logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
-            if nll is None:
-                nll = logp.new_empty(b, total - 1)
-            nll[:, start : start + n] = -logp.gather(-1, targets[..., None]).squeeze(-1)
+        return segment_token_nll(model, input_ids, segment_len, mem_len)
     finally:
         model.train(was_training)
-    return nll
