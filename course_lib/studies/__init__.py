@@ -60,6 +60,7 @@ _MODULES = (
     "course_lib.studies.albert",
     "course_lib.studies.ar_ae",
     "course_lib.studies.xlnet",
+    "course_lib.studies.transfo_xl",
 )
 
 
