@@ -354,6 +354,77 @@ def test_wire_rejects_bad_values(value, reason):
         to_python(resp["value"])
 
 
+def test_wire_carries_requires_grad():
+    """A tensor that requires grad crosses as ``"grad": true`` and comes back as a leaf that
+    requires grad (from the sandbox: to_python; to it: decode); one that does not encodes
+    exactly as before the key existed, so recorded values and their call keys still hold."""
+    from course_lib.grading.sandbox_worker import decode
+
+    leaf = torch.randn(2, 3).requires_grad_()
+    attached = (leaf * 2)[1]  # a result computed from it: not a leaf, still in the graph
+    plain, ints = torch.randn(4), torch.arange(3)
+    value = (leaf, attached, plain, ints, torch.zeros(0, 2, requires_grad=True), torch.ones(2, dtype=torch.bfloat16, requires_grad=True))
+    enc = encode(value)
+    assert [v.get("grad") for v in enc["items"]] == [True, True, None, None, True, True]
+    assert set(encode(plain)) == {"t", "dtype", "shape", "data"}  # no key when not set
+    assert encode(leaf.detach())["data"] == enc["items"][0]["data"]
+    back = to_python(parse_response(_resp({"id": 5, "ok": True, "value": enc}), 5)["value"])
+    again = decode(json.loads(json.dumps(enc)))
+    for got in (back, again):
+        assert [t.requires_grad for t in got] == [True, True, False, False, True, True]
+        assert all(t.is_leaf and t.grad_fn is None for t in got)
+        assert torch.equal(got[0].detach(), leaf.detach()) and torch.equal(got[1].detach(), attached.detach())
+        assert got[4].shape == (0, 2) and got[5].dtype == torch.bfloat16
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):  # as at home
+            got[0].add_(1)
+    old_record = {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AACAPwAAAEA="}  # 1.0, 2.0, no "grad"
+    for t in (to_python(old_record), decode(old_record)):
+        assert t.tolist() == [1.0, 2.0] and not t.requires_grad
+
+
+@pytest.mark.parametrize(
+    "value, accepted",
+    [
+        ({"t": "tensor", "dtype": "float32", "shape": [1], "data": "AACAPw==", "grad": True}, True),
+        ({"t": "tensor", "dtype": "float64", "shape": [0], "data": "", "grad": False}, True),
+        ({"t": "tensor", "dtype": "int64", "shape": [0], "data": "", "grad": False}, True),
+        ({"t": "tensor", "dtype": "float32", "shape": [1], "data": "AACAPw==", "grad": "true"}, False),
+        ({"t": "tensor", "dtype": "float32", "shape": [1], "data": "AACAPw==", "grad": 1}, False),
+        ({"t": "tensor", "dtype": "float32", "shape": [1], "data": "AACAPw==", "grad": None}, False),
+        ({"t": "tensor", "dtype": "int64", "shape": [0], "data": "", "grad": True}, False),
+        ({"t": "tensor", "dtype": "bool", "shape": [0], "data": "", "grad": True}, False),
+        ({"t": "tensor", "dtype": "float32", "shape": [1], "data": "AACAPw==", "requires_grad": True}, False),
+        ({"t": "float", "v": 1.0, "grad": True}, False),
+    ],
+)
+def test_wire_validates_the_grad_key(value, accepted):
+    """The hand-written validator and response.schema.json agree on the optional key: a
+    boolean, true only for floating-point tensors; no other new key."""
+    from course_lib.grading.wire import _validator, validate_response
+
+    obj = {"id": 1, "ok": True, "value": value}
+    assert (not list(_validator().iter_errors(obj))) is accepted
+    if accepted:
+        validate_response(obj)
+        assert to_python(value).requires_grad is value["grad"]
+    else:
+        with pytest.raises(ProtocolError, match="does not match the schema"):
+            validate_response(obj)
+
+
+def test_an_int_tensor_with_grad_is_rejected_everywhere():
+    """Past the validator too: to_python and decode refuse an integer tensor flagged with grad."""
+    from course_lib.grading.sandbox_worker import WireError, decode
+
+    value = {"t": "tensor", "dtype": "int64", "shape": [1], "data": "AQAAAAAAAAA=", "grad": True}
+    with pytest.raises(ProtocolError, match="only a floating-point tensor can require grad"):
+        to_python(value)
+    with pytest.raises(WireError, match="cannot require grad"):
+        decode(value)
+    with pytest.raises(WireError, match="true or false"):
+        decode(dict(value, dtype="float64", grad="yes"))
+
+
 def test_compare_tolerances_and_kinds():
     ref = torch.tensor([1.0, 2.0, 3.0])
     assert compare_values(ref, ref + 1e-7, rtol=1e-5, atol=1e-5, hidden=False) is None

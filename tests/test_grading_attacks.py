@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 import re
 import subprocess
@@ -24,11 +23,11 @@ import torch
 
 from course_lib.grading.compare import compare_values
 from course_lib.grading.grade import read_submission, report_folders
-from course_lib.grading.report import csv_cell, render_markdown, write_grades_csv, write_report
+from course_lib.grading.report import csv_cell, write_grades_csv, write_report
 from course_lib.grading.sandbox import bwrap_status
 from course_lib.grading.wire import ProtocolError, _validator, encode, parse_response, validate_response
 
-from grading_fixtures.cases import ATT, CAUSAL, HEADS, PE, ROOT, SOLUTION, Case, solution_answers
+from grading_fixtures.cases import CAUSAL, PE, ROOT, SOLUTION, Case
 
 HAVE_BWRAP, _ = bwrap_status()
 SANDBOX = "bwrap" if HAVE_BWRAP else "none"
@@ -456,6 +455,12 @@ def test_forged_responses_are_rejected_quickly():
         {"id": 1, "ok": True, "value": {"t": "float", "v": "NaN"}},
         {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA="}},
         {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "complex64", "shape": [2], "data": "AAA="}},
+        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "float16", "shape": [2], "data": "AAA=", "grad": True}},
+        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA=", "grad": True}},
+        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA=", "grad": False}},
+        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAA=", "grad": 0}},
+        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAA=", "graph": "x"}},
+        {"id": 1, "ok": True, "value": {"t": "none"}, "mutated": [[0, {"t": "tensor", "dtype": "int8", "shape": [0], "data": "", "grad": True}]]},
         {"id": 1, "ok": True, "value": {"t": "dict", "items": [["k", {"t": "none"}]]}},
         {"id": 1, "ok": True, "value": {"t": "dict", "items": [[1, {"t": "none"}]]}},
         {"id": 1, "ok": True, "value": {"t": "list", "items": [{"t": "none", "x": 1}]}},
@@ -478,6 +483,30 @@ def test_fast_validator_agrees_with_the_schema(obj):
     assert fast_ok == schema_ok
 
 
+def test_a_tensor_subclass_cannot_hide_that_it_requires_grad():
+    """A result still attached to a graph is sent with "grad": true even when its class says
+    otherwise (a property, or __torch_function__ answering the getter): the wire reads torch's
+    own flag, at home (visible_check) as in the sandbox."""
+
+    class Liar(torch.Tensor):
+        @property
+        def requires_grad(self):
+            return False
+
+    class TorchFunctionLiar(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(getattr(func, "__self__", None), "__name__", "") == "requires_grad":  # the getter
+                return False
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    attached = torch.ones(3, requires_grad=True) * 2
+    for cls in (Liar, TorchFunctionLiar):
+        lying = attached.as_subclass(cls)
+        assert lying.requires_grad is False  # what the class says
+        assert encode(lying).get("grad") is True
+
+
 def test_mutations_are_applied_in_place():
     from course_lib.grading.checker import _mutate_in_place
 
@@ -491,6 +520,12 @@ def test_mutations_are_applied_in_place():
     d = {"a": 1, "b": 2}
     _mutate_in_place(d, {"a": 5})
     assert d == {"a": 5}
+    # the student's function detached an argument in place (hidden.detach_()): so does the check's copy
+    leaf = torch.zeros(2, requires_grad=True)
+    _mutate_in_place(leaf, torch.ones(2))
+    assert torch.equal(leaf, torch.ones(2)) and not leaf.requires_grad
+    _mutate_in_place(leaf, torch.zeros(2).requires_grad_())
+    assert leaf.requires_grad and leaf.is_leaf
 
 
 try:  # property-based tests need hypothesis (a test dependency); the rest of this file does not

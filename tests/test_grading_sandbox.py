@@ -413,3 +413,53 @@ def test_directories_under_tmp_stay_visible_in_the_sandbox(tmp_path):
     out = subprocess.run(cmd + ["/bin/sh", "-c", f"cat {tmp_path}/probe.txt; touch /tmp/w && echo writable"],
                          capture_output=True, text=True, timeout=30)
     assert out.stdout.split() == ["visible", "writable"], out.stderr
+
+
+GRAD_PROBE = '''
+import torch
+
+
+def probe(x, plain):
+    out = {"leaf": x.is_leaf, "grad": x.requires_grad, "plain_grad": plain.requires_grad}
+    try:
+        x.add_(1)
+        out["in_place"] = "allowed"
+    except RuntimeError as exc:
+        out["in_place"] = str(exc)
+    out["attached"], out["detached"] = x * 2, (x * 2).detach()
+    return out
+
+
+def cut(x):
+    x.detach_()
+'''
+
+
+def test_requires_grad_crosses_the_sandbox_both_ways():
+    """An argument that requires grad reaches the student's function as a leaf that requires
+    grad (an in-place write raises, as at home); a result still attached to a graph comes
+    back flagged, a detached one not; an argument detached in place is reported changed."""
+    import torch
+
+    from course_lib.grading.sandbox_worker import encode
+    from course_lib.grading.wire import to_python
+
+    x = torch.arange(3.0).requires_grad_()
+    args = [encode(x), encode(torch.zeros(2))]
+    box = Sandbox("none")
+    box.start(time.monotonic() + 120)
+    try:
+        assert box.request({"op": "exec", "key": "probe", "source": GRAD_PROBE}, time.monotonic() + 30).ok
+        result = box.request({"op": "call", "name": "probe", "args": args, "kwargs": []}, time.monotonic() + 30)
+        cut = box.request({"op": "call", "name": "cut", "args": args[:1], "kwargs": []}, time.monotonic() + 30)
+    finally:
+        box.kill()
+    assert result.ok and not result.mutated, (result.error, result.mutated)
+    seen = to_python(result.value)
+    assert seen["leaf"] is True and seen["grad"] is True and seen["plain_grad"] is False
+    assert "leaf Variable that requires grad" in seen["in_place"]
+    assert seen["attached"].requires_grad and not seen["detached"].requires_grad
+    assert torch.equal(seen["attached"].detach(), torch.tensor([0.0, 2.0, 4.0]))
+    assert cut.ok and [key for key, _ in cut.mutated] == [0]
+    now = to_python(cut.mutated[0][1])
+    assert torch.equal(now, x.detach()) and not now.requires_grad

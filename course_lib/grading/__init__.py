@@ -76,7 +76,10 @@ notebook*, in the grader's own process:
   every submission, and the same ones when it is graded again.
 
 Arguments the student's function changes in place come back with its result and are
-changed the same way in the check's objects. A visible check gives the same verdict in
+changed the same way in the check's objects. Tensors cross with their ``requires_grad``
+flag (floating point only; never their graph): an argument that requires grad reaches the
+student's function as a leaf that requires grad, and a check can assert that a result does
+not (``not out.requires_grad``: the answer detached it). A visible check gives the same verdict in
 the student's notebook: ``course release`` runs it against the reference answers, packs
 the reference's result for each call into the released cell, and
 :class:`~course_lib.grading.checks.visible_check` compares each call at home as the

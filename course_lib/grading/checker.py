@@ -344,6 +344,8 @@ def _mutate_in_place(orig, new) -> None:
                     orig.copy_(new)
                 else:
                     orig.set_(new.clone())
+            if orig.is_leaf and orig.requires_grad != new.requires_grad:  # e.g. requires_grad_(False) on an argument
+                orig.requires_grad_(new.requires_grad)
     elif isinstance(orig, list) and isinstance(new, (list, tuple)):
         for i in range(min(len(orig), len(new))):
             if isinstance(orig[i], (torch.Tensor, list, dict, tuple)) and type(orig[i]) is type(new[i]):

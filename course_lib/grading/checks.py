@@ -139,7 +139,8 @@ def _short(value) -> str:
         import torch
 
         if isinstance(value, torch.Tensor):
-            return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]"
+            grad = " requiring grad" if value.requires_grad else ""
+            return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]{grad}"
     except ImportError:  # pragma: no cover
         pass
     text = repr(value)

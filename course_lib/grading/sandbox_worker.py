@@ -27,6 +27,14 @@ Requests (from the checker, trusted):
 
 Responses: ``{"id": n, "ok": true, "value": V}`` or
 ``{"id": n, "ok": false, "error": {"type", "mro", "message", "traceback"}}``.
+
+A tensor is ``{"t": "tensor", "dtype", "shape", "data"}`` (base64 of its raw bytes), with
+``"grad": true`` added when it requires grad (floating-point tensors only; the key is left
+out otherwise, so values recorded before it existed read the same). :func:`decode` gives
+such a tensor back as a leaf that requires grad: a check's arguments reach the student's
+function as they are in the check (an in-place write into one that requires grad raises,
+at home and here), and a result still attached to a graph is seen to be attached. The
+graph itself never crosses: a tensor computed from one arrives as a leaf.
 """
 
 from __future__ import annotations
@@ -50,6 +58,17 @@ MAX_STR = 100_000
 
 class WireError(ValueError):
     """A value that cannot cross the process boundary."""
+
+
+def _requires_grad(torch, value) -> bool:
+    """``value.requires_grad`` as torch's own getter reads it: a tensor subclass cannot answer
+    for itself (a property or ``__torch_function__`` saying False for an attached result)."""
+    try:
+        base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+        with torch._C.DisableTorchFunctionSubclass():
+            return bool(base.requires_grad.__get__(value))
+    except AttributeError:  # an older torch
+        return bool(value.requires_grad)
 
 
 def encode(value, _state=None, _depth=0):
@@ -119,10 +138,14 @@ def encode(value, _state=None, _depth=0):
         state["bytes"] += nbytes
         if state["bytes"] > MAX_TENSOR_BYTES:
             raise WireError(f"tensors larger than {MAX_TENSOR_BYTES // 2**20} MB in total")
+        grad = (t.dtype.is_floating_point or t.dtype.is_complex) and _requires_grad(torch, value)
         t = t.to("cpu").contiguous().as_subclass(torch.Tensor)
         # reshape(-1): a 1-D view with unit stride, also for 0-d tensors and size-1 dims with odd strides
         raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        return {"t": "tensor", "dtype": name, "shape": list(t.shape), "data": base64.b64encode(raw).decode("ascii")}
+        out = {"t": "tensor", "dtype": name, "shape": list(t.shape), "data": base64.b64encode(raw).decode("ascii")}
+        if grad:  # only when set: a tensor without it encodes as before
+            out["grad"] = True
+        return out
     if np is not None and isinstance(value, np.ndarray):
         raise WireError("a numpy array (return a torch.Tensor)")
     raise WireError(f"a value of type {type(value).__module__}.{type(value).__qualname__}")
@@ -150,6 +173,11 @@ def decode(obj):
         return getattr(torch, obj["v"])
     if t == "tensor":
         dtype = getattr(torch, obj["dtype"])
+        grad = obj.get("grad", False)
+        if not isinstance(grad, bool):
+            raise WireError("a tensor's 'grad' must be true or false")
+        if grad and not (dtype.is_floating_point or dtype.is_complex):
+            raise WireError(f"a tensor of dtype {obj['dtype']} cannot require grad (only floating-point tensors can)")
         raw = base64.b64decode(obj["data"], validate=True)
         shape = [int(s) for s in obj["shape"]]
         numel = 1
@@ -159,8 +187,10 @@ def decode(obj):
         if len(raw) != numel * itemsize:
             raise WireError(f"tensor data has {len(raw)} bytes, shape {shape} of {obj['dtype']} needs {numel * itemsize}")
         if numel == 0:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
+            out = torch.empty(shape, dtype=dtype)
+        else:
+            out = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape).clone()
+        return out.requires_grad_(True) if grad else out
     raise WireError(f"unknown value kind {t!r}")
 
 

@@ -4,9 +4,11 @@ A response from the sandbox is one line of JSON. :func:`parse_response` rejects 
 it is small enough, nested shallowly enough, matches ``response.schema.json`` and carries
 the id of the request it answers; :func:`to_python` then rebuilds plain values (None,
 bool, int, float, str, list, tuple, dict, torch dtypes and dense CPU tensors) and checks
-that every tensor's byte count matches its shape and dtype. No object from the student's
-process is ever reconstructed, so nothing it sends can run code or override ``__eq__``
-in the grader.
+that every tensor's byte count matches its shape and dtype. A tensor may carry
+``"grad": true`` (floating-point dtypes only): it is rebuilt as a leaf that requires grad,
+so a check can tell a result still attached to a graph from a detached one. No object
+from the student's process is ever reconstructed, so nothing it sends can run code or
+override ``__eq__`` in the grader.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ _VALUE_KEYS = {
     "tuple": ({"t", "items"}, {"items"}),
     "dict": ({"t", "items"}, {"items"}),
     "dtype": ({"t", "v"}, {"v"}),
-    "tensor": ({"t", "dtype", "shape", "data"}, {"dtype", "shape", "data"}),
+    "tensor": ({"t", "dtype", "shape", "data", "grad"}, {"dtype", "shape", "data"}),  # "grad": optional
 }
+GRAD_DTYPES = frozenset(d for d in TENSOR_DTYPES if d.startswith(("float", "bfloat", "complex")))
 MAX_MUTATED = 64  # arguments a response may report as changed by the call
 _MAX_OBJECTS = 4 * MAX_ITEMS + 1000
 _MAX_ARRAYS = 4 * MAX_ITEMS + 1000
@@ -101,7 +104,8 @@ def _check_value(v, depth: int, budget: list[int]) -> None:
         raise _Invalid(f"unknown value kind {str(t)[:20]!r}")
     allowed, required = _VALUE_KEYS[t]
     if not set(v) <= allowed or not required <= set(v):
-        raise _Invalid(f"a {t} value must have exactly the keys {sorted(allowed)}")
+        optional = sorted(allowed - required - {"t"})
+        raise _Invalid(f"a {t} value must have the keys {sorted(required | {'t'})}" + (f" (optionally {optional})" if optional else ""))
     if t == "bool" and not isinstance(v["v"], bool):
         raise _Invalid("bool value")
     elif t == "int" and not (_is_int(v["v"]) and _INT_MIN <= v["v"] <= _INT_MAX):
@@ -121,6 +125,11 @@ def _check_value(v, depth: int, budget: list[int]) -> None:
         if not isinstance(shape, list) or len(shape) > 8 or not all(_is_int(s) and 0 <= s <= 2**31 - 1 for s in shape):
             raise _Invalid("tensor shape")
         _str(v["data"], 100_000_000, "tensor data")
+        if "grad" in v:
+            if not isinstance(v["grad"], bool):
+                raise _Invalid("a tensor's grad must be a boolean")
+            if v["grad"] and v["dtype"] not in GRAD_DTYPES:
+                raise _Invalid("only a floating-point tensor can require grad")
     elif t in ("list", "tuple", "dict"):
         items = v["items"]
         if not isinstance(items, list) or len(items) > 10_000:
@@ -263,6 +272,9 @@ def to_python(value: dict):
         if value["dtype"] not in TENSOR_DTYPES:
             raise ProtocolError(f"unknown dtype {value['dtype']!r}")
         dtype = getattr(torch, value["dtype"])
+        grad = value.get("grad", False)
+        if not isinstance(grad, bool) or (grad and value["dtype"] not in GRAD_DTYPES):
+            raise ProtocolError(f"a tensor of dtype {value['dtype']} with grad={str(grad)[:20]} (only a floating-point tensor can require grad)")
         shape = value["shape"]
         numel = math.prod(shape)
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -273,8 +285,11 @@ def to_python(value: dict):
         if len(raw) != numel * itemsize:
             raise ProtocolError(f"tensor data has {len(raw)} bytes; shape {shape} of {value['dtype']} needs {numel * itemsize}")
         if numel == 0:
-            return torch.empty(shape, dtype=dtype)
-        return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+            out = torch.empty(shape, dtype=dtype)
+        else:
+            out = torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+        # detach(): not a view of the buffer for autograd, so it becomes a plain leaf (as decode gives)
+        return out.detach().requires_grad_(True) if grad else out
     raise ProtocolError(f"unknown value kind {t!r}")
 
 
@@ -283,7 +298,8 @@ def describe(value) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]"
+        grad = " requiring grad" if value.requires_grad else ""
+        return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]{grad}"
     if isinstance(value, (list, tuple)):
         return f"{type(value).__name__} of {len(value)}"
     if isinstance(value, dict):
