@@ -338,15 +338,26 @@ def update_memory(mems, hidden, mem_len):
         mems[-s:] = hidden
     return mems
 '''}, {"memory-stream", "memory-short"}),
-    # no .detach(): the values cross to the grader without their graph, so it cannot tell (a
-    # known limit, stated in the instructions and pinned here)
+    # no .detach(): right values, but the memory still requires grad. Tensors cross the wire
+    # with their requires_grad flag, so the visible check and memory-inputs (which pass states
+    # that require grad) fail it, at home as in the grader: 2 of the exercise's 4 points lost
     "memory_not_detached": ({MEM: '''
 def update_memory(mems, hidden, mem_len):
     if mem_len == 0:
         return None
     states = hidden if mems is None else torch.cat([mems, hidden], dim=0)
     return states[-mem_len:]
-'''}, set(CHECKS["memory"])),
+'''}, {"memory-stream", "memory-short"}),
+    # "detaches" the caller's states in place: the memory does not require grad, but hidden no
+    # longer does either (the sandbox reports the flag changed, the check's hidden changes too)
+    "memory_detaches_hidden": ({MEM: '''
+def update_memory(mems, hidden, mem_len):
+    if mem_len == 0:
+        return None
+    hidden.detach_()
+    states = hidden if mems is None else torch.cat([mems, hidden], dim=0)
+    return states[-mem_len:]
+'''}, {"memory-small", "memory-stream", "memory-short"}),
 }
 
 
@@ -392,3 +403,13 @@ def test_visible_checks_give_the_grader_verdict_at_home(graded):
     from course_lib.models.xlnet import rel_shift  # and are back afterwards
 
     assert rel_shift(torch.arange(4.0).reshape(1, 4), 3).tolist() == [[1.0, 2.0, 3.0]]
+
+
+def test_a_memory_that_requires_grad_is_explained(graded):
+    """The feedback says why the undetached memory fails (the visible check's own message and
+    the hidden check's assert message), and why the in-place detach of hidden does."""
+    checks = {c["id"]: c for c in graded["memory_not_detached"][1]["checks"]}
+    for check in ("memory-small", "memory-inputs"):
+        assert "the new memory requires grad: detach it (.detach())" in checks[check]["message"], checks[check]["message"]
+    message = {c["id"]: c["message"] for c in graded["memory_detaches_hidden"][1]["checks"]}["memory-inputs"]
+    assert "detached hidden in place" in message, message
