@@ -165,6 +165,8 @@ __all__ = [
     "documents_fingerprint",
     "save_pretrained_bert",
     "load_pretrained_bert",
+    "load_with_tokenizer",
+    "data_spec",
     "register",
     "main",
 ]
@@ -902,10 +904,7 @@ def pretrain_bert(
             mlm_probability=mlm_probability,
             seed=seed,
             eval_every=eval_every,
-            documents=documents_fingerprint(train_docs),
-            heldout=documents_fingerprint(held_docs) if held_docs else None,
-            tokenizer=_tokenizer_fingerprint(tokenizer),
-            init=weights_fingerprint(init) if init is not None else None,
+            **data_spec(train_docs, held_docs, tokenizer, init),
         )
         if model_class is not default_class:  # (the default classes keep their old cache keys)
             key["architecture"] = model_class.__name__
@@ -1432,19 +1431,49 @@ def save_pretrained_bert(
     return save_model(out_dir, model, {"tokenizer.json": tokenizer.to_str()}, metadata=metadata)
 
 
+def load_with_tokenizer(
+    path: Path | str,
+    command: str,
+    *,
+    default_architecture: str,
+    expected: type[nn.Module] = nn.Module,
+    device: torch.device | str | None = None,
+) -> tuple[nn.Module, Any]:
+    """``(model in eval mode, tokenizer)`` of a folder written by :func:`save_pretrained_bert`
+    (or by any recipe's ``save_pretrained_*``): :func:`~course_lib.recipes.common.load_model`
+    plus ``tokenizer.json``; ``command`` names what writes such folders."""
+    model, folder = load_model(
+        path,
+        ("tokenizer.json",),
+        command,
+        default_architecture=default_architecture,
+        expected=expected,
+        device=device,
+    )
+    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def data_spec(
+    train_docs: Sequence[Any], held_docs: Sequence[Any], tokenizer, init: nn.Module | None
+) -> dict[str, Any]:
+    """The part of a recipe's cache key that every recipe shares: fingerprints of the training
+    and held-out documents, of the tokenizer and of the starting weights."""
+    return dict(
+        documents=documents_fingerprint(train_docs),
+        heldout=documents_fingerprint(held_docs) if held_docs else None,
+        tokenizer=_tokenizer_fingerprint(tokenizer),
+        init=weights_fingerprint(init) if init is not None else None,
+    )
+
+
 def load_pretrained_bert(
     path: Path | str, *, device: torch.device | str | None = None
 ) -> tuple[nn.Module, Any]:
     """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote:
     ``(model, tokenizer)``, eval mode."""
-    model, folder = load_model(
-        path,
-        ("tokenizer.json",),
-        "course pretrain-bert",
-        default_architecture="BertForPreTraining",
-        device=device,
+    return load_with_tokenizer(
+        path, "course pretrain-bert", default_architecture="BertForPreTraining", device=device
     )
-    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
 # ---------------------------------------------------------------------------------------

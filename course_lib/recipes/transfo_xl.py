@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
@@ -54,18 +53,16 @@ from .bert import (
     DEFAULT_LR,
     SIZES,
     PretrainedBert,
-    _tokenizer_fingerprint,
-    documents_fingerprint,
+    data_spec,
+    load_with_tokenizer,
     save_pretrained_bert,
     split_documents,
     tokenize_documents,
     train_tokenizer,
-    weights_fingerprint,
 )
 from .common import (
     TrainingOptions,
     add_recipe_command,
-    load_model,
     module_main,
     positive,
     register_model,
@@ -258,10 +255,7 @@ def pretrain_transfo_xl(
             segments_per_row=segments_per_row,
             seed=seed,
             eval_every=eval_every,
-            documents=documents_fingerprint(train_docs),
-            heldout=documents_fingerprint(held_docs) if held_docs else None,
-            tokenizer=_tokenizer_fingerprint(tokenizer),
-            init=weights_fingerprint(init) if init is not None else None,
+            **data_spec(train_docs, held_docs, tokenizer, init),
         )
 
     history = train_cached(cache_name, model, spec, train)
@@ -280,15 +274,13 @@ def load_pretrained_transfo_xl(
 ) -> tuple[nn.Module, Any]:
     """Read what :func:`save_pretrained_transfo_xl` (or ``course pretrain-transfo-xl``) wrote:
     ``(model, tokenizer)``, eval mode."""
-    model, folder = load_model(
+    return load_with_tokenizer(
         path,
-        ("tokenizer.json",),
         "course pretrain-transfo-xl",
         default_architecture="TransfoXLLMHeadModel",
         expected=TransfoXLLMHeadModel,
         device=device,
     )
-    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
 # ---------------------------------------------------------------------------------------

@@ -42,7 +42,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
@@ -57,19 +56,17 @@ from .bert import (
     ROW_UNITS,
     SIZES,
     PretrainedBert,
-    _tokenizer_fingerprint,
-    documents_fingerprint,
+    data_spec,
+    load_with_tokenizer,
     pretraining_data,
     pretraining_examples,
     save_pretrained_bert,
     split_documents,
     train_tokenizer,
-    weights_fingerprint,
 )
 from .common import (
     TrainingOptions,
     add_recipe_command,
-    load_model,
     module_main,
     positive,
     register_model,
@@ -278,10 +275,7 @@ def pretrain_xlnet(
             max_len=max_len,
             seed=seed,
             eval_every=eval_every,
-            documents=documents_fingerprint(train_docs),
-            heldout=documents_fingerprint(held_docs) if held_docs else None,
-            tokenizer=_tokenizer_fingerprint(tokenizer),
-            init=weights_fingerprint(init) if init is not None else None,
+            **data_spec(train_docs, held_docs, tokenizer, init),
         )
 
     history = train_cached(cache_name, model, spec, train)
@@ -300,15 +294,13 @@ def load_pretrained_xlnet(
 ) -> tuple[nn.Module, Any]:
     """Read what :func:`save_pretrained_xlnet` (or ``course pretrain-xlnet``) wrote:
     ``(model, tokenizer)``, eval mode."""
-    model, folder = load_model(
+    return load_with_tokenizer(
         path,
-        ("tokenizer.json",),
         "course pretrain-xlnet",
         default_architecture="XLNetLMHeadModel",
         expected=XLNetLMHeadModel,
         device=device,
     )
-    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
 # ---------------------------------------------------------------------------------------
