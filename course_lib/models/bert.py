@@ -457,7 +457,48 @@ def body_of(model: nn.Module) -> BertModel:
     )
 
 
-class _BertWithHeads(HFWithHeads, nn.Module):
+class WithBody:
+    """What every model with a body at ``base_attr`` shares (BERT's task models, XLNet's and
+    Transformer-XL's LM heads): ``base`` (the body), ``device`` and ``num_parameters``."""
+
+    base_attr: str
+
+    @property
+    def base(self) -> nn.Module:
+        return getattr(self, self.base_attr)
+
+    @property
+    def device(self) -> torch.device:
+        return self.base.device
+
+    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (tied or shared ones counted once)."""
+        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+
+
+class TiedLMHeadModel(WithBody, nn.Module):
+    """A body (``body_class(config)`` at ``transformer``, Hugging Face's name) with a language-
+    model head ``lm_head``: a ``Linear(d_model, vocab_size)`` with a bias whose matrix is the
+    body's word embedding matrix when ``config.tie_word_embeddings`` (XLNet, Transformer-XL)."""
+
+    body_class: type
+    base_attr = "transformer"
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = self.body_class(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
+        _init_bert_weights(self.lm_head, config.initializer_range)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the head's matrix with the word embeddings (when the config says so)."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.transformer.word_embedding.weight
+
+
+class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
     """A BERT body with task heads: what every pretraining and fine-tuning model shares.
 
     A subclass names its body attribute (``base_attr``: ``bert`` / ``roberta``, also the
@@ -492,10 +533,6 @@ class _BertWithHeads(HFWithHeads, nn.Module):
     def tie_weights(self) -> None:
         """Share weights between heads and body (none by default)."""
 
-    @property
-    def base(self) -> BertModel:
-        return getattr(self, self.base_attr)
-
     def load_body(self, body: BertModel) -> None:
         """Copy a pretrained encoder's weights into this model's (the fine-tuning start). The
         pooler is copied when both have one; any other mismatch is an error."""
@@ -503,14 +540,6 @@ class _BertWithHeads(HFWithHeads, nn.Module):
         bad = [k for k in (*result.missing_keys, *result.unexpected_keys) if not k.startswith("pooler.")]
         if bad:
             raise ValueError(f"the body does not fit this model: {bad[:5]}")
-
-    @property
-    def device(self) -> torch.device:
-        return self.base.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
     def forward(
         self,

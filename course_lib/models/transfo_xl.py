@@ -122,7 +122,7 @@ from torch import Tensor, nn
 from ..nn.attention import MultiHeadAttention, attention, causal_mask
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import IGNORE_INDEX, _count_parameters, _init_bert_weights
+from .bert import IGNORE_INDEX, TiedLMHeadModel, _count_parameters, _init_bert_weights
 from .hf import ModelOutput
 
 __all__ = [
@@ -492,7 +492,7 @@ def next_token_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
-class TransfoXLLMHeadModel(nn.Module):
+class TransfoXLLMHeadModel(TiedLMHeadModel):
     r"""Transformer-XL with its language-model head: :math:`\mathrm{logits} = h\, W_e^\top + b`,
     a plain softmax over the whole vocabulary (the paper's adaptive softmax is not
     implemented), ``W_e`` the word embeddings when ``tie_word_embeddings``.
@@ -506,32 +506,7 @@ class TransfoXLLMHeadModel(nn.Module):
     """
 
     config_class = TransfoXLConfig
-    base_attr = "transformer"
-
-    def __init__(self, config: TransfoXLConfig):
-        super().__init__()
-        self.config = config
-        self.transformer = TransfoXLModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
-        _init_bert_weights(self.lm_head, config.initializer_range)
-        self.tie_weights()
-
-    def tie_weights(self) -> None:
-        """Share the head's matrix with the word embeddings (when the config says so)."""
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.transformer.word_embedding.weight
-
-    @property
-    def base(self) -> TransfoXLModel:
-        return self.transformer
-
-    @property
-    def device(self) -> torch.device:
-        return self.transformer.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied or shared ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+    body_class = TransfoXLModel
 
     def forward(
         self,

@@ -154,7 +154,7 @@ from torch import Tensor, nn
 from ..nn.attention import MultiHeadAttention, attention
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import _count_parameters, _init_bert_weights, masked_lm_loss
+from .bert import TiedLMHeadModel, _count_parameters, _init_bert_weights, masked_lm_loss
 from .hf import (
     XLNetLMHeadModelOutput,
     XLNetModelOutput,
@@ -673,7 +673,7 @@ class XLNetModel(nn.Module):
         return model.eval()
 
 
-class XLNetLMHeadModel(nn.Module):
+class XLNetLMHeadModel(TiedLMHeadModel):
     r"""XLNet with its language-model head: :math:`\mathrm{logits} = x\, W_e^\top + b` on the
     model's output (the query stream at the targets with ``target_mapping``), ``W_e`` the word
     embeddings when ``tie_word_embeddings``.
@@ -684,32 +684,7 @@ class XLNetLMHeadModel(nn.Module):
     """
 
     config_class = XLNetConfig
-    base_attr = "transformer"  # Hugging Face's name of the body
-
-    def __init__(self, config: XLNetConfig):
-        super().__init__()
-        self.config = config
-        self.transformer = XLNetModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
-        _init_bert_weights(self.lm_head, config.initializer_range)
-        self.tie_weights()
-
-    def tie_weights(self) -> None:
-        """Share the head's matrix with the word embeddings (when the config says so)."""
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.transformer.word_embedding.weight
-
-    @property
-    def base(self) -> XLNetModel:
-        return self.transformer
-
-    @property
-    def device(self) -> torch.device:
-        return self.transformer.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
+    body_class = XLNetModel
 
     def forward(
         self,
