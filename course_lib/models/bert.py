@@ -46,6 +46,7 @@ Paper vs ours: the paper's BERT-base 108M counts 30,000 tokens and no pooler; wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -85,6 +86,7 @@ __all__ = [
     "BertPooler",
     "BertMLMHead",
     "BertModel",
+    "init_from_teacher",
     "BertForPreTraining",
     "BertForMaskedLM",
     "BertLMHeadModel",
@@ -795,3 +797,33 @@ def _classification_loss(logits: Tensor, labels: Tensor, num_labels: int) -> Ten
     if num_labels == 1:  # regression (e.g. STS-B)
         return F.mse_loss(logits.squeeze(-1).float(), labels.float())
     return F.cross_entropy(logits.float(), labels.view(-1))
+
+
+def init_from_teacher(student: BertModel, teacher: BertModel, layers: Sequence[int]) -> None:
+    """DistilBERT's student initialisation: copy the teacher's embeddings (and pooler, when
+    both have one) and, into student layer ``m`` (0-based), teacher layer ``layers[m]``
+    (0-based; DistilBERT takes every other layer, ``[0, 2, 4, ...]``). The two bodies must
+    have the same widths; ``ValueError`` names what does not fit."""
+    if type(student.encoder) is not BertEncoder or type(teacher.encoder) is not BertEncoder:
+        raise ValueError("init_from_teacher copies BERT layers (not ALBERT's shared ones)")
+    layers = [int(i) for i in layers]
+    if len(layers) != len(student.encoder.layers):
+        raise ValueError(
+            f"give one teacher layer per student layer: {len(student.encoder.layers)}, got {len(layers)}"
+        )
+    n = len(teacher.encoder.layers)
+    if any(not 0 <= i < n for i in layers):
+        raise ValueError(f"teacher layers must lie in [0, {n}), got {layers}")
+    if student.config.hidden_size != teacher.config.hidden_size:
+        raise ValueError(
+            f"the student's width {student.config.hidden_size} differs from the teacher's "
+            f"{teacher.config.hidden_size}: layers can only be copied between equal widths"
+        )
+    try:
+        student.embeddings.load_state_dict(teacher.embeddings.state_dict())
+        for m, i in enumerate(layers):
+            student.encoder.layers[m].load_state_dict(teacher.encoder.layers[i].state_dict())
+        if student.pooler is not None and teacher.pooler is not None:
+            student.pooler.load_state_dict(teacher.pooler.state_dict())
+    except RuntimeError as exc:
+        raise ValueError(f"the teacher's layers do not fit the student: {exc}") from None

@@ -5,6 +5,8 @@
 * :mod:`.pairs`: sentence pairs on token ids (next-sentence and sentence-order prediction),
   packing, batches;
 * :mod:`.losses`: the ``loss_fn`` of each objective for :func:`course_lib.train.fit`.
+* :mod:`.distillation`: knowledge distillation (soft targets at a temperature with the
+  :math:`T^2` factor, FitNets' hints, TinyBERT's layer mapping and layer losses).
 * :mod:`.permutation`: XLNet's permutation LM (factorisation orders, ``perm_mask`` and
   ``target_mapping`` with partial prediction, its ``loss_fn``).
 
