@@ -188,3 +188,46 @@ def test_student_initialised_from_every_other_teacher_layer():
     narrow = BertModel(BertConfig.from_course(n_layers=2, vocab_size=30, d_model=8, n_heads=2))
     with pytest.raises(ValueError, match="width"):
         init_from_teacher(narrow, teacher, [0, 2])
+
+
+def test_kd_loss_fn_distils_a_teacher_with_fit():
+    """A student trained with KDLoss through the shared fit() comes to agree with its teacher;
+    the soft weight follows its schedule."""
+    from course_lib.objectives.distillation import KDLoss
+    from course_lib.train import fit
+
+    class Net(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.f = torch.nn.Sequential(
+                torch.nn.Linear(6, width), torch.nn.Tanh(), torch.nn.Linear(width, 4)
+            )
+
+        def forward(self, x):
+            class Out:
+                pass
+
+            o = Out()
+            o.logits = self.f(x)
+            return o
+
+    torch.manual_seed(0)
+    teacher, student = Net(32), Net(8)
+    x = torch.randn(256, 6)
+    batches = [{"x": x[i : i + 32]} for i in range(0, 256, 32)]
+    before = float(kd_loss(student(x).logits.detach(), teacher(x).logits, 2.0))
+    loss_fn = KDLoss(teacher, temperature=2.0, total_steps=200)
+    history = fit(student, batches, loss_fn, steps=200, lr=1e-2, progress=False)
+    after = float(kd_loss(student(x).logits.detach(), teacher(x).logits, 2.0))
+    assert after < before / 3, (before, after)
+    assert history.metrics["alpha"][0] == 1.0  # no labels: soft targets only
+    with_labels = KDLoss(teacher, total_steps=3)
+    alphas = [
+        with_labels(student, {"x": x[:4], "labels": torch.tensor([0, 1, 2, 3])})[1]["alpha"] for _ in range(4)
+    ]
+    assert (
+        alphas[0] == pytest.approx(0.9)
+        and alphas[2] == pytest.approx(0.1)
+        and alphas[3] == pytest.approx(0.1)
+    )
+    assert teacher.training  # the teacher's mode is restored

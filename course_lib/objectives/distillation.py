@@ -56,6 +56,7 @@ __all__ = [
     "kd_loss",
     "soft_cross_entropy",
     "distillation_loss",
+    "KDLoss",
     "soft_weight",
     "HintRegressor",
     "hint_loss",
@@ -246,3 +247,64 @@ def attention_loss(
     m = attention_mask.bool()
     pair = (m[:, None, :, None] & m[:, None, None, :]).expand_as(diff)
     return torch.where(pair, diff, 0.0).sum() / pair.sum().clamp(min=1)
+
+
+class KDLoss:
+    r"""``loss_fn`` for :func:`course_lib.train.fit` that distils ``teacher`` into the model
+    being trained: the teacher runs in eval mode without gradients on the same batch, and the
+    loss is :func:`distillation_loss` of the two models' logits (``logits(model, batch)``,
+    default ``model(**inputs).logits`` on the batch without ``labels``) with the batch's
+    ``labels`` (or none). The weight of the soft targets follows :func:`soft_weight` over
+    ``total_steps`` calls (``alpha_start`` -> ``alpha_end``; ``schedule="constant"`` keeps
+    ``alpha_start``). Metrics: ``soft``, ``hard``, ``alpha``.
+    """
+
+    def __init__(
+        self,
+        teacher: nn.Module,
+        *,
+        temperature: float = 2.0,
+        total_steps: int = 1,
+        alpha_start: float = 0.9,
+        alpha_end: float = 0.1,
+        schedule: str = "linear",
+        logits=None,
+    ):
+        _check_temperature(temperature)
+        soft_weight(0, max(total_steps, 1), start=alpha_start, end=alpha_end, schedule=schedule)  # checks
+        self.teacher = teacher
+        self.temperature = temperature
+        self.total_steps = max(total_steps, 1)
+        self.alpha_start, self.alpha_end, self.schedule = alpha_start, alpha_end, schedule
+        self.logits = logits or (
+            lambda m, batch: m(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        )
+        self.step = 0
+
+    def __call__(self, model: nn.Module, batch) -> tuple[Tensor, dict[str, float]]:
+        alpha = soft_weight(
+            min(self.step, self.total_steps - 1),
+            self.total_steps,
+            start=self.alpha_start,
+            end=self.alpha_end,
+            schedule=self.schedule,
+        )
+        self.step += 1
+        was_training = self.teacher.training
+        self.teacher.eval()
+        try:
+            with torch.no_grad():
+                teacher_logits = self.logits(self.teacher, batch)
+        finally:
+            self.teacher.train(was_training)
+        labels = batch.get("labels")
+        if labels is None:
+            loss, parts = distillation_loss(
+                self.logits(model, batch), teacher_logits, None, temperature=self.temperature, alpha=1.0
+            )
+            alpha = 1.0
+        else:
+            loss, parts = distillation_loss(
+                self.logits(model, batch), teacher_logits, labels, temperature=self.temperature, alpha=alpha
+            )
+        return loss, {**parts, "alpha": alpha}
