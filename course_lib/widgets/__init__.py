@@ -14,6 +14,7 @@ from .permutation import (
     permutation_widget,
     plot_permutation_masks,
 )
+from .temperature import SoftenedView, TemperatureWidget, dark_knowledge, plot_softened, softened_view
 
 __all__ = [
     "AttentionExplorer",
@@ -36,4 +37,9 @@ __all__ = [
     "permutation_view",
     "permutation_widget",
     "plot_permutation_masks",
+    "SoftenedView",
+    "TemperatureWidget",
+    "dark_knowledge",
+    "plot_softened",
+    "softened_view",
 ]
