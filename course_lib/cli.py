@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.recipes.elmo",
     "course_lib.recipes.xlnet",
     "course_lib.recipes.transfo_xl",
+    "course_lib.recipes.distill",
     "course_lib.studies",
 ]
 

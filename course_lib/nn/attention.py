@@ -273,6 +273,15 @@ class MultiHeadAttention(nn.Module):
         b, _, n, _ = x.shape
         return x.transpose(1, 2).reshape(b, n, self.d_model)
 
+    def scores(self, query: Tensor, key: Tensor | None = None) -> Tensor:
+        r"""The *unnormalised* scores :math:`Q K^\top / \sqrt{d_k}` ``[batch, heads, q_len, k_len]``
+        of this module's projections, before any mask, bias or softmax (TinyBERT distils
+        them). Self-attention scores when ``key`` is omitted."""
+        key = query if key is None else key
+        q = self.split_heads(self.w_q(query))
+        k = self.split_heads(self.w_k(key))
+        return torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.d_head)
+
     def forward(
         self,
         query: Tensor,

@@ -159,6 +159,7 @@ __all__ = [
     "finetune_classifier",
     "classification_accuracy",
     "finetune_tagger",
+    "shuffled_batches",
     "tagging_inputs",
     "tagging_accuracy",
     "weights_fingerprint",
@@ -1075,6 +1076,28 @@ def _start_model(
     return model.to(device), body
 
 
+def shuffled_batches(
+    rows: Mapping[str, Tensor], batch_size: int, seed: int
+) -> Callable[[int], dict[str, Tensor]]:
+    """``step -> batch``: ``batch_size`` rows of ``rows`` (a dict of tensors with one row per
+    example) at a time, in an order drawn from ``seed`` and reshuffled every epoch (the
+    remainder of an epoch carries over), each batch cut to its longest row
+    (:func:`trim_padding`). The fine-tuning and distillation recipes draw their batches so."""
+    require_positive(batch_size=batch_size)
+    n = rows["input_ids"].size(0)
+    gen = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def batch_at(step: int) -> dict[str, Tensor]:
+        nonlocal order
+        if len(order) < batch_size:  # a new epoch: shuffle again (the remainder carries over)
+            order = order + torch.randperm(n, generator=gen).tolist()
+        sel, order = order[:batch_size], order[batch_size:]
+        return trim_padding({k: v[sel] for k, v in rows.items()})
+
+    return batch_at
+
+
 class _Task(NamedTuple):
     """What a fine-tuning recipe brings to the run both share (:func:`_finetune`)."""
 
@@ -1137,17 +1160,7 @@ def _finetune(
     model, body = _start_model(start, task.model_class, seed, device, **changes)
     if freeze_body:
         model.base.requires_grad_(False)
-    enc = task.inputs(model.config.max_len)
-    n = enc["input_ids"].size(0)
-    gen = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-
-    def batch_at(step: int) -> dict[str, Tensor]:
-        nonlocal order
-        if len(order) < batch_size:  # a new epoch: shuffle again (the remainder carries over)
-            order = order + torch.randperm(n, generator=gen).tolist()
-        sel, order = order[:batch_size], order[batch_size:]
-        return trim_padding({k: v[sel] for k, v in enc.items()})
+    batch_at = shuffled_batches(task.inputs(model.config.max_len), batch_size, seed)
 
     def train(m: nn.Module) -> History:
         return fit(

@@ -167,15 +167,15 @@ class TrainingOptions:
     ``--size``, ``--batch-size``, ``--lr``, ``--max-len`` and ``--vocab-size`` (and the
     default ``--seed``); :func:`training_arguments` hands them to the recipe."""
 
-    sizes: Sequence[str]  # the names of --size
-    size_help: str
+    sizes: Sequence[str] | None  # the names of --size (None: the command has no --size)
+    size_help: str | None
     steps: int
     batch_size: int
     batch_unit: str  # what a step's batch counts: "sequences", "sentences"
-    max_len: int
-    max_len_help: str  # "tokens per sequence", ...
-    vocab_size: int
-    vocab_help: str  # "tokenizer vocabulary", ...
+    max_len: int | None  # None: no --max-len (nor --vocab-size below)
+    max_len_help: str | None  # "tokens per sequence", ...
+    vocab_size: int | None
+    vocab_help: str | None  # "tokenizer vocabulary", ...
     size: str = "small"
     seed: int = 0
 
@@ -183,7 +183,8 @@ class TrainingOptions:
         p.add_argument(
             "--steps", type=positive(int), default=self.steps, help=f"optimiser steps (default {self.steps})"
         )
-        p.add_argument("--size", choices=list(self.sizes), default=self.size, help=self.size_help)
+        if self.sizes is not None:
+            p.add_argument("--size", choices=list(self.sizes), default=self.size, help=self.size_help)
         p.add_argument(
             "--batch-size",
             type=positive(int),
@@ -193,12 +194,15 @@ class TrainingOptions:
         p.add_argument(
             "--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)"
         )
-        p.add_argument(
-            "--max-len",
-            type=positive(int),
-            default=self.max_len,
-            help=f"{self.max_len_help} (default {self.max_len})",
-        )
+        if self.max_len is not None:
+            p.add_argument(
+                "--max-len",
+                type=positive(int),
+                default=self.max_len,
+                help=f"{self.max_len_help} (default {self.max_len})",
+            )
+        if self.vocab_size is None:
+            return
         p.add_argument(
             "--vocab-size",
             type=positive(int),
@@ -212,7 +216,7 @@ def training_arguments(args: argparse.Namespace) -> dict[str, Any]:
     (:class:`TrainingOptions` and :func:`add_run_options`): ``steps``, ``batch_size``, ``lr``,
     ``max_len``, ``vocab_size``, ``eval_every`` and ``seed``."""
     names = ("steps", "batch_size", "lr", "max_len", "vocab_size", "eval_every", "seed")
-    return {name: getattr(args, name) for name in names}
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
 def add_recipe_command(
