@@ -376,7 +376,8 @@ def distill(
         rows: the training rows (see the module's docstring), or a function ``step -> batch``.
         steps: steps of the last stage (the one that trains on the task's outputs);
             ``first_steps``: steps of the first stage of ``"hints"`` and ``"tinybert"``
-            (at ``first_lr``, default ``lr``); 0 skips it.
+            (at ``first_lr``, default ``lr``). A stage of 0 steps is skipped (``"tinybert"``
+            with ``steps=0`` is TinyBERT's general distillation: the intermediate layers only).
         temperature: :math:`T` of the soft targets (``"kd"``, ``"prediction"``, ``"joint"``).
         alpha, schedule: the soft weight of ``"kd"`` goes from ``alpha[0]`` to ``alpha[1]``
             (:func:`~course_lib.objectives.distillation.soft_weight`).
@@ -393,10 +394,17 @@ def distill(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {sorted(METHODS)}, got {method!r}")
-    stages = [st for st in METHODS[method] if not (st in ("hint", "intermediate") and first_steps == 0)]
-    require_positive(steps=steps, batch_size=batch_size)
-    if first_steps < 0:
-        raise ValueError(f"first_steps must be >= 0, got {first_steps}")
+    if steps < 0 or first_steps < 0:
+        raise ValueError(f"steps and first_steps must be >= 0, got {steps} and {first_steps}")
+    require_positive(batch_size=batch_size)
+    first_stage = METHODS[method][0] in ("hint", "intermediate")
+    stages = [
+        st
+        for i, st in enumerate(METHODS[method])
+        if (first_steps if first_stage and i == 0 else steps) > 0  # a stage of 0 steps is skipped
+    ]
+    if not stages:
+        raise ValueError(f"nothing to train: steps={steps}, first_steps={first_steps} for method {method!r}")
     device = model_device(teacher) if device is None else torch.device(device)
     teacher_cfg = teacher.config
     changes = {"num_labels": teacher_cfg.num_labels} if hasattr(teacher_cfg, "num_labels") else {}
