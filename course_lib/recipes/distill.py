@@ -608,8 +608,12 @@ def distill_pretrained(
     masked = _masked_batches(rows, tokenizer, batch_size, seed, mask=True)
     plain = _masked_batches(rows, tokenizer, batch_size, seed, mask=False)
 
+    drawn = 0
+
     def batch_at(step: int) -> dict[str, Tensor]:  # the first stage of tinybert/hints reads unmasked text
-        return plain(step) if step < first_steps and method in ("tinybert", "hints") else masked(step)
+        nonlocal drawn  # (each stage's fit counts its steps from 0: count the batches instead)
+        drawn += 1
+        return plain(step) if drawn <= first_steps and method in ("tinybert", "hints") else masked(step)
 
     batch_at.fingerprint = masked.fingerprint + f"-first{first_steps}"  # type: ignore[attr-defined]
     held = (
