@@ -20,12 +20,16 @@ from .ar_ae import (
 )
 from .attention import WordAttention, head_scores, word_attention
 from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
+from .distill import inference_seconds, tag_agreement, word_logits
 from .layers import layer_transitions, layer_vectors
 from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
 from .topics import TopicMatcher
 
 __all__ = [
+    "inference_seconds",
+    "tag_agreement",
+    "word_logits",
     "FILL_ORDERS",
     "fill_masks",
     "inconsistent_mass",
