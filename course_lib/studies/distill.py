@@ -21,8 +21,10 @@ from the pretraining text, tagged by the teacher alone. Arms (:func:`student_arm
   first layer copied (DistilBERT's initialisation), then ``kd``; ``kd_wide``: the same shape
   from random weights, then ``kd``.
 
-Sweeps, each against its baseline: the transfer set's size with the teacher's argmax tags and
-with its soft targets; the temperature; a constant soft weight against the schedule.
+``kd_weak_teacher``: ``kd`` from a weaker teacher (``weak_teacher``: the same tagger trained
+from random weights) against ``kd`` from the pretrained one. Sweeps, each against its
+baseline: the transfer set's size with the teacher's argmax tags and with its soft targets;
+the temperature; a constant soft weight against the schedule.
 Metrics: tagging accuracy, accuracy on words absent from the tagged sentences, agreement
 with the teacher's tags, parameters. No wall-clock times are stored (the chapter measures
 them live).
@@ -255,6 +257,29 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
             out[arm]["agreement_with_fixed_teacher"] = tag_agreement(d.student, teacher, tokenizer, sentences)
     small = student_config(teacher.config, **s["student"])
     common = dict(eval_items=evals, seed=seed, progress=False, **s["distill"])
+    # a weaker teacher: the same tagger trained from random weights, then the same KD
+    t = s["tagging"]
+    weak, wh = finetune_tagger(
+        setup["bert"].config,
+        tokenizer,
+        items,
+        num_labels=len(setup["tagset"]),
+        eval_items=evals,
+        seed=seed,
+        steps=t["steps"],
+        batch_size=t["batch_size"],
+        lr=t["lr"],
+        device=device,
+        progress=False,
+    )
+    d = distill_tagger(weak, small, tokenizer, items, setup["pool"][: s["transfer"]], method="kd", **common)
+    out["weak_teacher"] = dict(
+        accuracy=wh.evals["accuracy"][-1],
+        unseen_accuracy=wh.evals["unseen_accuracy"][-1],
+        agreement=1.0,
+        parameters=weak.num_parameters(),
+    )
+    out["kd_weak_teacher"] = _scores(d, weak, setup)
     w = s["sweep"]
     sweep: dict[str, list[float]] = {"sizes": list(w["sizes"])}
     for n in w["sizes"]:
