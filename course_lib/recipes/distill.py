@@ -165,19 +165,20 @@ def student_config(
         changes["num_hidden_layers"] = layers
     if hidden is not None:
         changes["hidden_size"] = hidden
-        changes["intermediate_size"] = intermediate or 4 * hidden
+        changes["intermediate_size"] = 4 * hidden if intermediate is None else intermediate
     elif intermediate is not None:
         changes["intermediate_size"] = intermediate
     if heads is not None:
         changes["num_attention_heads"] = heads
     require_positive(**{k: v for k, v in changes.items()})
-    config = type(teacher)(**{**teacher.to_dict(), **changes})
-    if config.hidden_size % config.num_attention_heads:
+    width = changes.get("hidden_size", teacher.hidden_size)
+    n_heads = changes.get("num_attention_heads", teacher.num_attention_heads)
+    if width % n_heads:  # (before the config's own check, which does not say what to do)
         raise ValueError(
-            f"the student's width {config.hidden_size} is not divisible by its {config.num_attention_heads} "
-            "heads: give heads="
+            f"the student's width {width} is not divisible by its {n_heads} heads: "
+            f"give heads= a divisor of {width}"
         )
-    return config
+    return type(teacher)(**{**teacher.to_dict(), **changes})
 
 
 class Distiller(nn.Module):
