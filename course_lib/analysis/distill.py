@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ..recipes.bert import tagging_inputs
+from ..objectives import tagging_inputs
 from ..train import model_device
 
 __all__ = ["word_logits", "tag_agreement", "inference_seconds"]

@@ -7,6 +7,7 @@
 * :mod:`.losses`: the ``loss_fn`` of each objective for :func:`course_lib.train.fit`.
 * :mod:`.distillation`: knowledge distillation (soft targets at a temperature with the
   :math:`T^2` factor, FitNets' hints, TinyBERT's layer mapping and layer losses).
+* :mod:`.tagging`: word-level labels on word pieces (a word's first piece carries its tag).
 * :mod:`.permutation`: XLNet's permutation LM (factorisation orders, ``perm_mask`` and
   ``target_mapping`` with partial prediction, its ``loss_fn``).
 
@@ -49,6 +50,7 @@ from .permutation import (
     sample_orders,
     targets_per_row,
 )
+from .tagging import tagging_inputs
 
 __all__ = [
     "IGNORE_INDEX",
@@ -75,6 +77,7 @@ __all__ = [
     "pack_stream",
     "pretraining_loss",
     "causal_lm_loss",
+    "tagging_inputs",
     "trim_padding",
     "reverse_sequences",
     "truncate_pair_lengths",
