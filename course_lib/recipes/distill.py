@@ -292,7 +292,9 @@ def _stage_loss(
                 given = (
                     batch["labels"]
                     if s.logits.dim() == 2
-                    else batch["labels"][batch.get("positions", batch["attention_mask"].bool())]
+                    else batch["labels"][
+                        batch["positions"] if "positions" in batch else batch["attention_mask"].bool()
+                    ]
                 )
                 target = torch.where(given != IGNORE_INDEX, given, target)
             loss = masked_lm_loss(rows, target)
@@ -499,7 +501,7 @@ def tagging_rows(
     max_len: int = 128,
 ) -> dict[str, Tensor]:
     """Rows for :func:`distill` from tagged sentences ``(words, tag ids)`` and untagged ones
-    (word lists, labels ``-100``): :func:`~course_lib.recipes.bert.tagging_inputs` with
+    (word lists, labels ``-100``): :func:`~course_lib.objectives.tagging.tagging_inputs` with
     ``positions`` = each word's first piece (where a tag is predicted)."""
     words, tags = _split_tagged(labelled, "labelled") if labelled else ([], [])
     extra = [[str(w) for w in ws] for ws in unlabelled]
