@@ -1,5 +1,6 @@
-"""Analysis of trained models: probes, layer vectors, minimal pairs, attention-head scores, and
-autoregressive vs autoencoding scoring and generation (``ar_ae``).
+"""Analysis of trained models: probes (structural probes of parse trees in ``structural``),
+layer vectors, minimal pairs, attention-head scores (heads that track dependencies and
+coreference in ``heads``), and autoregressive vs autoencoding scoring and generation (``ar_ae``).
 
 This layer sits above the models and the data (it runs models on data); the chapters import it.
 """
@@ -21,12 +22,39 @@ from .ar_ae import (
 from .attention import WordAttention, head_scores, word_attention
 from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
 from .distill import inference_seconds, tag_agreement, word_logits
-from .layers import layer_transitions, layer_vectors
+from .heads import coreference_pairs, dependency_pairs, head_accuracy, offset_baseline
+from .layers import encoder_word_attentions, encoder_word_vectors, layer_transitions, layer_vectors
 from .minimal_pairs import minimal_pair_preference
 from .probes import linear_probe, normalise_layers, train_probe
+from .structural import (
+    DepthProbe,
+    DistanceProbe,
+    chain_distances,
+    depth_scores,
+    distance_scores,
+    fit_structural_probe,
+    minimum_spanning_tree,
+    spearman,
+    uuas,
+)
 from .topics import TopicMatcher
 
 __all__ = [
+    "DepthProbe",
+    "DistanceProbe",
+    "chain_distances",
+    "coreference_pairs",
+    "dependency_pairs",
+    "depth_scores",
+    "distance_scores",
+    "encoder_word_attentions",
+    "encoder_word_vectors",
+    "fit_structural_probe",
+    "head_accuracy",
+    "minimum_spanning_tree",
+    "offset_baseline",
+    "spearman",
+    "uuas",
     "inference_seconds",
     "tag_agreement",
     "word_logits",

@@ -12,7 +12,8 @@ r"""Probes: how much of a property a frozen representation makes linearly readab
   variance 1 over all its elements, the normalisation of ELMo's ``ScalarMix(do_layer_norm=True)``
   (defined with it, in :mod:`course_lib.models.elmo`; re-exported here for the probes).
 
-Later probes (structural probes of distances and depths) join this module.
+The structural probes of parse trees (distances and depths) are in
+:mod:`course_lib.analysis.structural`.
 """
 
 from __future__ import annotations

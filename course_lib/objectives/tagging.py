@@ -26,24 +26,28 @@ def tagging_inputs(
     tags: Sequence[Sequence[int]] | None = None,
     *,
     max_len: int = 128,
+    piece_words: bool = False,
 ) -> dict[str, Tensor]:
     """``[CLS] pieces [SEP]`` for every sentence given as words, right-padded to the longest.
 
     ``labels`` (when ``tags`` are given) holds a word's tag at its **first** word piece and
     ``-100`` at every other position (the BERT paper's tagging recipe); ``word_index`` holds
     the word each labelled position belongs to (``-1`` elsewhere). A sentence longer than
-    ``max_len`` pieces is cut (its last words get no position and no label).
+    ``max_len`` pieces is cut (its last words get no position and no label). With
+    ``piece_words=True``, ``piece_word`` holds the word of **every** piece (``-1`` for the
+    special tokens and padding), for pooling a word's pieces (chapter 8's probes).
     """
     if max_len < 3:
         raise ValueError(f"max_len must leave room for [CLS], a piece and [SEP], got {max_len}")
     ids = special_ids(tokenizer)
-    rows, labels, word_index = [], [], []
+    rows, labels, word_index, piece_word = [], [], [], []
     for k, ws in enumerate(words):
         enc = tokenizer.encode(list(ws), is_pretokenized=True, add_special_tokens=False)
         piece_ids, word_ids = enc.ids[: max_len - 2], enc.word_ids[: max_len - 2]
         first = [w is not None and (j == 0 or word_ids[j - 1] != w) for j, w in enumerate(word_ids)]
         rows.append([ids["cls"], *piece_ids, ids["sep"]])
         word_index.append([-1, *[w if f else -1 for w, f in zip(word_ids, first)], -1])
+        piece_word.append([-1, *[-1 if w is None else w for w in word_ids], -1])
         if tags is not None:
             labels.append(
                 [
@@ -65,4 +69,6 @@ def tagging_inputs(
     }
     if tags is not None:
         out["labels"] = pad(labels, IGNORE_INDEX)
+    if piece_words:
+        out["piece_word"] = pad(piece_word, -1)
     return out
