@@ -1,4 +1,4 @@
-"""Plots shared by the chapters: attention heatmaps and grids of heads."""
+"""Plots shared by the chapters: attention heatmaps, grids of heads and parse trees as arcs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-__all__ = ["plot_attention", "plot_heads", "plot_bilm", "to_numpy", "figure_png"]
+__all__ = ["plot_attention", "plot_heads", "plot_bilm", "plot_tree_arcs", "to_numpy", "figure_png"]
 
 
 def to_numpy(x) -> np.ndarray:
@@ -169,4 +169,53 @@ def plot_bilm(words: Sequence[str] = ("<S>", "traffic", "jam", "</S>"), *, n_lay
         ax.text(-1.5, y, text, ha="center", va="center", fontsize=9, color=colours[key])
     ax.set(xlim=(-2.3, step * (len(words) - 1) + 0.9), ylim=(-1.3, top + 0.6))
     ax.axis("off")
+    return ax
+
+
+def plot_tree_arcs(
+    words: Sequence[str],
+    gold_edges,
+    predicted_edges=None,
+    *,
+    ax=None,
+    title: str | None = None,
+):
+    """A sentence's tree drawn as arcs between its words, in the style of Hewitt and Manning's
+    figures: the gold edges above the words (black), the predicted edges (e.g. the minimum
+    spanning tree of a probe's distances) below them, solid blue where the edge is also gold
+    and dashed red where it is not. Edges are ``(i, j)`` word-index pairs. Returns the axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Arc
+
+    n = len(words)
+    gold = {(min(i, j), max(i, j)) for i, j in gold_edges}
+    pred = None if predicted_edges is None else {(min(i, j), max(i, j)) for i, j in predicted_edges}
+    for i, j in gold | (pred or set()):
+        if not (0 <= i < n and 0 <= j < n) or i == j:
+            raise ValueError(f"edge {(i, j)} does not join two of the {n} words")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(6.0, 0.75 * n), 3.2))
+    for k, w in enumerate(words):
+        ax.text(k, 0, w, ha="center", va="center", fontsize=9)
+    top = 1.0
+
+    def arc(i: int, j: int, up: bool, **kw) -> None:
+        nonlocal top
+        height = 0.6 + 0.35 * (j - i)
+        top = max(top, height / 2 + 0.3)
+        y = 0.18 if up else -0.18
+        ax.add_patch(
+            Arc(((i + j) / 2, y), j - i, height, theta1=0 if up else 180, theta2=180 if up else 360, **kw)
+        )
+
+    for i, j in sorted(gold):
+        arc(i, j, True, color="black", lw=1.2)
+    for i, j in sorted(pred or ()):
+        good = (i, j) in gold
+        arc(i, j, False, color="tab:blue" if good else "tab:red", lw=1.2, ls="-" if good else "--")
+    ax.set_xlim(-0.8, n - 0.2)
+    ax.set_ylim(-top if pred is not None else -0.5, top)
+    ax.axis("off")
+    if title:
+        ax.set_title(title, fontsize=10)
     return ax

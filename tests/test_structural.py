@@ -352,3 +352,71 @@ def test_corpus_relations_have_pairs_for_the_chapter():
     for rel in ("nsubj", "det", "amod", "obj", "case"):
         assert sum(len(dependency_pairs(s, rel)) for s in sents) >= 50, rel
     assert sum(len(coreference_pairs(s)) for s in sents) >= 5
+
+
+# --------------------------------------------------------------------------- layers and plots
+
+
+def test_probe_layers_finds_the_layer_that_holds_the_tree_and_takes_elmo_layers():
+    from course_lib.analysis.layers import layer_vectors
+    from course_lib.analysis.structural import probe_layers
+    from course_lib.models.elmo import ElmoConfig, ElmoLanguageModel
+
+    sents = [s for s in generate_corpus(260, seed=4) if len(s) <= 24]
+    gen = torch.Generator().manual_seed(1)
+    mix = torch.randn(24, 24, generator=gen) / 3
+    # layer 0: noise; layer 1: the planted tree
+    vecs = [
+        torch.stack([torch.randn(len(s), 24, generator=gen), _pythagorean(s.heads, 24) @ mix]) for s in sents
+    ]
+    rows = probe_layers(vecs[:160], sents[:160], vecs[160:], sents[160:], steps=300, lengths=(2, 50))
+    assert [r["layer"] for r in rows] == [0, 1]
+    assert rows[1]["uuas"] > 0.9 > 0.5 > rows[0]["uuas"]
+    assert rows[1]["root_accuracy"] > 0.9 and set(rows[0]) == {
+        "layer",
+        "uuas",
+        "dspr",
+        "root_accuracy",
+        "nspr",
+    }
+    only = probe_layers(
+        vecs[:160], sents[:160], vecs[160:], sents[160:], layers=[1], kinds=("distance",), steps=50
+    )
+    assert len(only) == 1 and set(only[0]) == {"layer", "uuas", "dspr"}
+    elmo = ElmoLanguageModel(
+        ElmoConfig(
+            char_embed_dim=8, filters=((1, 4), (2, 8)), projection_dim=8, lstm_cell_dim=16, vocab_size=40
+        )
+    ).eval()
+    ev = layer_vectors(elmo, sents[:30])
+    assert ev[0].shape == (3, len(sents[0]), 16)
+    assert len(probe_layers(ev[:20], sents[:20], ev[20:], sents[20:30], steps=5, lengths=(2, 50))) == 3
+    with pytest.raises(ValueError, match="gold tree"):
+        probe_layers(vecs[:2], [Sentence(tokens=tuple(sents[0].tokens))] * 2, vecs[:2], sents[:2])
+    with pytest.raises(ValueError, match="2 test sentences of vectors but 3 test sentences"):
+        probe_layers(vecs[:2], sents[:2], vecs[:2], sents[:3])
+
+
+def test_plot_tree_arcs_draws_gold_above_and_predicted_below():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.viz import plot_tree_arcs
+
+    words = ["the", "dog", "saw", "a", "cat"]
+    gold = tree_edges([1, 2, -1, 4, 2])
+    pred = {(0, 1), (1, 2), (2, 3), (3, 4)}
+    ax = plot_tree_arcs(words, gold, pred, title="gold above, probe below")
+    arcs = ax.patches
+    assert len(arcs) == len(gold) + len(pred)
+    above = [a for a in arcs if a.center[1] > 0]
+    below = [a for a in arcs if a.center[1] < 0]
+    assert len(above) == 4 and len(below) == 4
+    wrong = [a for a in below if a.get_linestyle() == "--"]
+    assert len(wrong) == 1 and wrong[0].center[0] == 2.5  # (2, 3) is not a gold edge
+    assert [t.get_text() for t in ax.texts] == words
+    plt.close("all")
+    with pytest.raises(ValueError, match="does not join two of the 5 words"):
+        plot_tree_arcs(words, {(0, 5)})

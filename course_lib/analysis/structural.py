@@ -60,6 +60,7 @@ __all__ = [
     "distance_scores",
     "depth_scores",
     "chain_distances",
+    "probe_layers",
 ]
 
 KINDS = ("distance", "depth")
@@ -354,3 +355,50 @@ def chain_distances(n: int) -> Tensor:
     whose minimum spanning tree is the chain itself."""
     pos = torch.arange(n, dtype=torch.float32)
     return (pos.unsqueeze(0) - pos.unsqueeze(1)).abs()
+
+
+def probe_layers(
+    train_vectors: Sequence[Tensor],
+    train_sentences: Sequence,
+    test_vectors: Sequence[Tensor],
+    test_sentences: Sequence,
+    *,
+    layers: Sequence[int] | None = None,
+    kinds: Sequence[str] = KINDS,
+    rank: int | None = None,
+    steps: int = 300,
+    seed: int = 0,
+    lengths: tuple[int, int] = (5, 50),
+) -> list[dict[str, float]]:
+    """Train a probe of each kind on every layer and score it on the test sentences.
+
+    ``*_vectors``: one ``[n_layers, n_words, dim]`` tensor per sentence (from
+    :func:`~course_lib.analysis.layers.encoder_word_vectors` or, for ELMo,
+    :func:`~course_lib.analysis.layers.layer_vectors`); ``*_sentences``: sentences with gold
+    trees (``heads``; ``punct_mask`` leaves punctuation out of UUAS and root accuracy). Returns
+    one dict per layer (``layer`` and the scores of :func:`distance_scores` and
+    :func:`depth_scores`).
+    """
+    for name, vecs, sents in (
+        ("train", train_vectors, train_sentences),
+        ("test", test_vectors, test_sentences),
+    ):
+        if len(vecs) != len(sents):
+            raise ValueError(f"{len(vecs)} {name} sentences of vectors but {len(sents)} {name} sentences")
+        if any(getattr(x, "heads", None) is None for x in sents):
+            raise ValueError(f"every {name} sentence needs a gold tree (heads)")
+    n_layers = train_vectors[0].size(0)
+    heads_tr = [x.heads for x in train_sentences]
+    heads_te = [x.heads for x in test_sentences]
+    punct = [x.punct_mask for x in test_sentences]
+    out = []
+    for layer in range(n_layers) if layers is None else layers:
+        row: dict[str, float] = {"layer": layer}
+        tr = [v[layer] for v in train_vectors]
+        te = [v[layer] for v in test_vectors]
+        for kind in kinds:
+            probe = fit_structural_probe(kind, tr, heads_tr, rank=rank, steps=steps, seed=seed)
+            score = distance_scores if kind == "distance" else depth_scores
+            row.update(score(predict(probe, te), heads_te, punct, lengths=lengths))
+        out.append(row)
+    return out
