@@ -527,7 +527,7 @@ def test_a_released_notebook_turns_off_the_forbidden_functions_as_the_grader_doe
     from course_lib.grading.sandbox_worker import ForbiddenCall, forbid
 
     root = Path(__file__).resolve().parents[1]
-    for name in ("01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae", "06_xlnet", "07_distillation"):
+    for name in ("01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae", "06_xlnet", "07_distillation", "08_probing"):
         nb = json.loads((root / "exercises" / f"{name}.ipynb").read_text())
         names = nb["metadata"]["course"].get("forbid", [])
         cells = [c for c in nb["cells"] if "course-forbid" in c["metadata"].get("tags", [])]

@@ -24,7 +24,7 @@ from course_lib.grading.sandbox import bwrap_status
 from grading_fixtures.chapters import forbidden_at_home
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ["01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae", "06_xlnet", "07_distillation"]
+CHAPTERS = ["01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae", "06_xlnet", "07_distillation", "08_probing"]
 SANDBOX = "bwrap" if bwrap_status()[0] else "none"
 
 PERTURB = '''
