@@ -25,6 +25,7 @@ from course_lib.analysis.structural import (
     minimum_spanning_tree,
     pad_sentences,
     predict,
+    pythagorean_embedding,
     spearman,
     tree_edges,
     uuas,
@@ -160,17 +161,20 @@ def test_losses_are_l1_normalised_by_sentence_length_and_ignore_padding():
 
 
 def _pythagorean(heads, dim: int) -> torch.Tensor:
-    """One vector per word whose squared distances are the tree distances: the indicator of the
-    word's ancestors (itself included, the root left out), so |a_i - a_j|^2 counts the edges
-    between i and j and |a_i|^2 is i's depth."""
-    n = len(heads)
-    a = torch.zeros(n, dim)
-    for i in range(n):
-        k = i
-        while heads[k] >= 0:
-            a[i, k] = 1.0
-            k = heads[k]
-    return a
+    """The library's exact tree embedding, padded to ``dim`` coordinates."""
+    a = pythagorean_embedding(heads)
+    return torch.nn.functional.pad(a, (0, dim - a.size(1)))
+
+
+def test_the_pythagorean_embedding_has_the_tree_distances_and_depths_as_squared_norms():
+    for s in generate_corpus(60, seed=9):
+        a = pythagorean_embedding(s.heads)
+        sq = ((a.unsqueeze(0) - a.unsqueeze(1)) ** 2).sum(-1)
+        assert torch.equal(sq, torch.from_numpy(tree_distances(s.heads)).float())
+        assert torch.equal((a * a).sum(-1), torch.from_numpy(tree_depths(s.heads)).float())
+    # plain (not squared) distances are not tree distances: on a chain of 3, |a_0 - a_2| = sqrt 2
+    a = pythagorean_embedding([-1, 0, 1])
+    assert float((a[0] - a[2]).norm()) == pytest.approx(math.sqrt(2))
 
 
 def test_a_probe_recovers_a_planted_tree_and_not_one_that_is_absent():

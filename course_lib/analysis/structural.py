@@ -61,6 +61,7 @@ __all__ = [
     "depth_scores",
     "chain_distances",
     "probe_layers",
+    "pythagorean_embedding",
 ]
 
 KINDS = ("distance", "depth")
@@ -194,11 +195,10 @@ def fit_structural_probe(
     x, gold, lengths = pad_sentences(vectors, heads, kind)
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
-    seed_everything(seed)
+    gen = seed_everything(seed)  # initialisation and batch order (COURSE_SEED_OFFSET shifts both)
     probe = (DistanceProbe if kind == "distance" else DepthProbe)(x.size(-1), rank)
     loss_fn = distance_loss if kind == "distance" else depth_loss
     opt = torch.optim.Adam(probe.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         idx = torch.randint(len(x), (min(batch_size, len(x)),), generator=gen)
         n = int(lengths[idx].max())
@@ -348,6 +348,26 @@ def depth_scores(
         hits += int(keep[int(p[keep].argmin())] == list(h).index(-1))
         per_length[len(h)].append(float(spearman(p, torch.from_numpy(tree_depths(h)))))
     return {"root_accuracy": hits / len(heads), "nspr": _by_length(per_length, lengths)}
+
+
+def pythagorean_embedding(heads: Sequence[int]) -> Tensor:
+    r"""``[n, n]``: a vector per word whose **squared** distances are exactly the tree distances.
+
+    Word :math:`i` gets the indicator of its ancestors (itself included, the root left out):
+    :math:`a_i = \sum_{k \in \mathrm{anc}(i) \setminus \{root\}} e_k`, so
+    :math:`\lVert a_i - a_j \rVert^2` counts the words on one side of the path and not the
+    other, i.e. the path's edges, and :math:`\lVert a_i \rVert^2 = \mathrm{depth}(i)`. Any tree
+    embeds this way (Hewitt and Manning's argument for probing *squared* distances)."""
+    validate_tree(list(heads))
+    n = len(heads)
+    a = torch.zeros(n, n)
+    parent = torch.tensor([h if h >= 0 else i for i, h in enumerate(heads)])
+    cur = torch.arange(n)
+    is_root = torch.tensor([h < 0 for h in heads])
+    for _ in range(n):  # walk every word up one level per step (at most n levels)
+        a[torch.arange(n), cur] = (~is_root[cur]).float()
+        cur = parent[cur]
+    return a
 
 
 def chain_distances(n: int) -> Tensor:
