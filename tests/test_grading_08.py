@@ -35,6 +35,13 @@ STRUCTURAL = (
     "minimum_spanning_tree",
     "tree_edges",
     "uuas",
+    # names that also lead to an answer: the corpus's tree functions as imported there, the
+    # exact tree embedding (its squared distances are the tree distances), corpus-level scores
+    "tree_distances",
+    "tree_depths",
+    "validate_tree",
+    "pythagorean_embedding",
+    "distance_scores",
 )
 CORPUS = ("tree_distances", "tree_depths", "_ancestor_matrix", "validate_tree", "is_valid_tree")
 FORBID = (
@@ -44,6 +51,7 @@ FORBID = (
     "course_lib.analysis.DistanceProbe",
     "course_lib.analysis.minimum_spanning_tree",
     "course_lib.analysis.uuas",
+    "course_lib.analysis.distance_scores",
     *(f"course_lib.data.corpus.{name}" for name in CORPUS),
     *(f"course_lib.data.{name}" for name in CORPUS if not name.startswith("_")),
     # scipy's graph algorithms
