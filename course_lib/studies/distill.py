@@ -109,11 +109,10 @@ ARMS = (
 )
 
 
-def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list, list]:
-    """``(bert, tokenizer, training documents, held-out documents)``: chapter 3's text,
-    WordPiece tokenizer and pretrained BERT (``s["documents"]``, ``s["tokenizer"]``,
-    ``s["size"]``, ``s["pretrain"]``), loaded from the course cache when chapter 3 (or 7, 8)
-    trained it before. Chapters 7 and 8 start from it."""
+def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
+    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
+    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
+    start from."""
     d = s["documents"]
     train_docs, held_docs = split_documents(load_documents(n_docs=d["n_docs"], seed=d["seed"]), d["heldout"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
@@ -127,14 +126,6 @@ def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list, list]
     bert, _, _ = pretrain_bert(
         config, train_docs, tokenizer=tokenizer, heldout=held_docs, device=device, progress=False, **p
     )
-    return bert, tokenizer, train_docs, held_docs
-
-
-def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
-    """Chapter 3's text, tokenizer and BERT (:func:`chapter3_bert`), the tagging task (tagged,
-    test and transfer sentences) and the teacher tagger fine-tuned with ``seed``: what the
-    chapter and the study start from."""
-    bert, tokenizer, train_docs, _ = chapter3_bert(s, device=device)
     t = s["tagging"]
     tag_train, tag_test = (
         generate_corpus(t["train"][0], seed=t["train"][1]),
