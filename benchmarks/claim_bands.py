@@ -43,6 +43,7 @@ GRID = [
     ("seed0-default-1t", "default", "1", "0"),
     ("seed1-avx2-1t", "avx2", "1", "1"),
     ("seed2-default-2t", "default", "2", "2"),
+    ("seed0-avx512-2t", "avx512", "2", "0"),  # a CPU's native kernels where it has AVX-512
 ]
 
 RUNNER = """
