@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import random
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -38,6 +37,8 @@ from .train import History, model_device
 __all__ = [
     "cache_dir",
     "source_fingerprint",
+    "training_source_files",
+    "TRAINING_SOURCES",
     "cache_key",
     "save_checkpoint",
     "load_checkpoint",
@@ -45,6 +46,8 @@ __all__ = [
     "atomic_write_text",
     "rng_state",
     "set_rng_state",
+    "save_train_state",
+    "load_train_state",
 ]
 
 
@@ -55,22 +58,44 @@ def cache_dir() -> Path:
     return path
 
 
-def source_fingerprint() -> str:
-    """SHA-256 over the source files of the course_lib modules loaded right now.
+# The layers whose code decides what a training run produces: the recipes and everything
+# below them (tests/test_layout.py holds the layer map; tests/test_checkpoints.py checks that
+# importing every recipe loads nothing outside this list). Analysis, widgets, studies,
+# notebooks and the grader only read trained models, so a change there keeps the cache.
+TRAINING_SOURCES = (
+    "checkpoints.py",
+    "claims.py",
+    "device.py",
+    "train.py",
+    "nn",
+    "data",
+    "models",
+    "objectives",
+    "recipes",
+)
 
-    A change to any code the current program uses invalidates its cached models; a change
-    to a module it never imported (another chapter's model) does not.
+
+def training_source_files() -> list[Path]:
+    """The course_lib source files :func:`source_fingerprint` hashes, sorted."""
+    root = Path(__file__).resolve().parent
+    files: set[Path] = set()
+    for entry in TRAINING_SOURCES:
+        path = root / entry
+        files.update(path.rglob("*.py") if path.is_dir() else [path])
+    return sorted(files)
+
+
+def source_fingerprint() -> str:
+    """SHA-256 over the source of the training layers (:data:`TRAINING_SOURCES`).
+
+    The same in every program, whatever it has imported: chapter 7 asking for chapter 3's
+    BERT gets chapter 3's cached copy. A change to any training code invalidates every
+    cached model; a change to analysis, plots, widgets or the grader invalidates none.
     """
     root = Path(__file__).resolve().parent
-    files = set()
-    for name, module in list(sys.modules.items()):
-        if name == "course_lib" or name.startswith("course_lib."):
-            path = getattr(module, "__file__", None)
-            if path:
-                files.add(Path(path).resolve())
     h = hashlib.sha256()
-    for path in sorted(files):
-        h.update(str(path.relative_to(root)).encode())
+    for path in training_source_files():
+        h.update(str(path.relative_to(root).as_posix()).encode())
         h.update(_file_bytes(path))
     return h.hexdigest()
 
@@ -206,3 +231,67 @@ def train_or_load(
     history.loaded = False  # type: ignore[attr-defined]
     model.eval()
     return history
+
+
+def save_train_state(
+    path: Path | str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    *,
+    done: int,
+    steps: int,
+    history: History,
+    finished: bool,
+) -> Path:
+    """Write what :func:`~course_lib.train.fit` needs to resume exactly: the weights, the
+    optimiser and gradient-scaler states, the steps done of ``steps``, the history and every
+    random state. Written to a temporary file and renamed, so a kill during the write leaves
+    the previous state whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "format": 1,
+        "done": done,
+        "steps": steps,
+        "finished": finished,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "history": json.dumps(history.to_dict()),
+        "rng": json.dumps(rng_state()),
+        "torch": str(torch.__version__),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_train_state(
+    path: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, *, steps: int
+) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """Load a :func:`save_train_state` file into ``model``, ``optimizer`` and ``scaler``;
+    return ``(steps done, history as a dict, random states)``. A file of a run with another
+    number of ``steps`` (its learning-rate schedule differs) is a ``ValueError``; an
+    unreadable one names the file."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location=model_device(model), weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path}: not a readable training state ({e}); delete it to start afresh") from e
+    if state.get("steps") != steps:
+        raise ValueError(
+            f"{path} is the state of a run of {state.get('steps')} steps, this run has {steps}: "
+            "resume with the same --steps, or use another --checkpoint-dir"
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scaler is not None and state.get("scaler") is not None:
+        scaler.load_state_dict(state["scaler"])
+    return int(state["done"]), json.loads(state["history"]), json.loads(state["rng"])

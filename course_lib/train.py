@@ -1,22 +1,54 @@
-"""The small training loop every chapter reuses.
+"""The training loop every chapter and every ``course train`` run uses.
 
 ``fit(model, batches, loss_fn, steps=...)`` moves each batch to the model's device, runs the
-forward pass under the course's autocast policy, steps AdamW with warm-up and cosine decay,
+forward pass under a precision policy, steps AdamW with warm-up and a cosine (or linear) decay,
 clips gradients, records the loss after every step and calls an evaluation hook every
 ``eval_every`` steps. A tqdm bar (a widget in a notebook, text in a terminal) shows progress.
 
 The loop knows nothing about models: ``loss_fn(model, batch)`` returns the loss tensor, or
 ``(loss, {"metric": value, ...})`` to log more numbers.
+
+For long runs the same loop also does (all off by default, so a chapter's run is unchanged):
+
+* **gradient accumulation** (``accumulate=k``): k micro-batches per optimiser step, each loss
+  divided by k, so the step's gradient is the mean over the k micro-batches;
+* **mixed precision** (``precision``): ``"auto"`` (bf16 autocast on a capable GPU, float32
+  elsewhere), ``"fp32"``, ``"bf16"`` (autocast) or ``"fp16"`` (autocast + a gradient scaler);
+* **checkpoints and exact resume** (``checkpoint=DIR``, ``checkpoint_every=N``,
+  ``resume=True``): the model, the optimiser, the gradient scaler, the history, the step and
+  every random state are written atomically every N steps and at the end. A resumed run
+  rebuilds the batch stream up to the step, puts the random states back and continues, so a
+  run killed at any step and resumed ends with the same parameters as one never interrupted
+  (bit for bit on CPU; ``tests/test_resume.py`` kills a real run to check it). Exact for batch
+  functions ``step -> batch`` and for iterables whose batches depend on their position and
+  the random state when drawn (the course's data all are);
+* **data parallelism** under ``torchrun``: when ``torch.distributed`` is initialised with
+  more than one process, rank 0's parameters are broadcast, every rank takes its equal slice
+  of each (global) batch and the gradients are averaged with one all-reduce per step (what
+  DistributedDataParallel does, done on the flat gradient so any ``loss_fn`` works, also one
+  that calls submodules directly). Rank 0 alone writes checkpoints and logs; a checkpoint
+  resumes on any number of processes;
+* a **metrics log** (``log_csv``; TensorBoard too with ``tensorboard=DIR`` when installed);
+* **clear failures**: a non-finite loss stops the run naming the step, and running out of
+  memory names the batch size to try instead.
+
+:func:`training_run` sets these for every ``fit`` inside it, which is how the ``course``
+commands pass ``--accumulate``, ``--precision``, ``--checkpoint-dir``... to recipes that call
+``fit`` deep inside (each ``fit`` call of a run gets its own checkpoint folder and log).
 """
 
 from __future__ import annotations
 
+import contextvars
+import csv
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,7 +56,22 @@ from torch import nn
 
 from .device import autocast
 
-__all__ = ["History", "evaluating", "fit", "to_device", "warmup_cosine", "model_device"]
+__all__ = [
+    "History",
+    "evaluating",
+    "fit",
+    "to_device",
+    "warmup_cosine",
+    "warmup_linear",
+    "model_device",
+    "RunOptions",
+    "training_run",
+    "current_run",
+    "distributed_info",
+    "shard_batch",
+    "PRECISIONS",
+    "SCHEDULES",
+]
 
 
 @dataclass
@@ -139,22 +186,153 @@ def warmup_cosine(step: int, *, total: int, warmup: int, floor: float = 0.0) -> 
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def warmup_linear(step: int, *, total: int, warmup: int, floor: float = 0.0) -> float:
+    """Learning-rate multiplier: linear warm-up over ``warmup`` steps, then linear decay to ``floor``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1.0 - floor) * (1.0 - progress)
+
+
+def _constant(step: int, *, total: int, warmup: int, floor: float = 0.0) -> float:
+    return (step + 1) / warmup if warmup > 0 and step < warmup else 1.0
+
+
+SCHEDULES: dict[str, Callable[..., float]] = {
+    "cosine": warmup_cosine,
+    "linear": warmup_linear,
+    "constant": _constant,
+}
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``fit`` runs, beyond what a recipe decides (see the module docstring).
+
+    ``checkpoint_dir``/``log_dir`` are folders: the k-th ``fit`` of a :func:`training_run`
+    writes to ``<dir>/<k>-<desc>/`` and ``<dir>/<k>-<desc>.csv``.
+    """
+
+    accumulate: int = 1
+    precision: str = "auto"
+    schedule: str = "cosine"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    log_dir: str | None = None
+    tensorboard: str | None = None
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.accumulate < 1:
+            raise ValueError(f"accumulate must be at least 1, got {self.accumulate}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be positive, got {self.checkpoint_every}")
+        if self.resume and not self.checkpoint_dir:
+            raise ValueError("resume needs a checkpoint folder (checkpoint_dir / --checkpoint-dir)")
+
+
+@dataclass
+class _Run:
+    options: RunOptions
+    fits: int = 0  # fit calls so far: names the next one's folder
+
+
+_CURRENT: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("course_training_run", default=None)
+
+
+@contextmanager
+def training_run(options: RunOptions | None = None, **changes: Any) -> Iterator[RunOptions]:
+    """Every ``fit`` inside runs with ``options`` (a :class:`RunOptions`, with ``changes``
+    applied); the k-th ``fit`` checkpoints to ``<checkpoint_dir>/<k>-<desc>``."""
+    opts = replace(options or RunOptions(), **changes)
+    token = _CURRENT.set(_Run(opts))
+    try:
+        yield opts
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_run() -> RunOptions:
+    """The options of the enclosing :func:`training_run` (the defaults outside one)."""
+    run = _CURRENT.get()
+    return run.options if run is not None else RunOptions()
+
+
+def distributed_info() -> tuple[int, int]:
+    """``(rank, world size)``: ``(0, 1)`` unless ``torch.distributed`` is initialised."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def shard_batch(batch: Any, rank: int, world: int) -> Any:
+    """Rank ``rank``'s contiguous slice of every tensor in ``batch`` that has the batch's rows.
+
+    The rows are those of the first tensor found; their number must divide by ``world``
+    (``ValueError`` naming both otherwise). Other values are left alone."""
+    if world == 1:
+        return batch
+    rows = _first_rows(batch)
+    if rows is None:
+        return batch
+    if rows % world:
+        raise ValueError(
+            f"a batch of {rows} rows does not split over {world} processes: use a batch size divisible by {world}"
+        )
+    per = rows // world
+    return _slice_rows(batch, rows, slice(rank * per, (rank + 1) * per))
+
+
+def _first_rows(batch: Any) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return batch.size(0) if batch.dim() else None
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    for v in values:
+        n = _first_rows(v)
+        if n is not None:
+            return n
+    return None
+
+
+def _slice_rows(batch: Any, rows: int, sel: slice) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch[sel] if batch.dim() and batch.size(0) == rows else batch
+    if isinstance(batch, Mapping):
+        return type(batch)({k: _slice_rows(v, rows, sel) for k, v in batch.items()})
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_slice_rows(v, rows, sel) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_slice_rows(v, rows, sel) for v in batch)
+    return batch
+
+
 def _progress_enabled(progress: bool | None) -> bool:
     if progress is not None:
         return progress
     return os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
 
 
-def _batch_iterator(batches: Iterable | Callable[[int], Any]) -> Iterator:
+def _batch_iterator(batches: Iterable | Callable[[int], Any], start: int = 0) -> Iterator:
+    """The batches from number ``start`` on (an iterable is replayed up to there)."""
     if callable(batches) and not isinstance(batches, Iterable):
-        step = 0
+        step = start
         while True:
             yield batches(step)
             step += 1
+    skip = start
     while True:
         empty = True
         for b in batches:
             empty = False
+            if skip:
+                skip -= 1
+                continue
             yield b
         if empty:
             raise ValueError("fit: the batch iterable yielded nothing")
@@ -180,22 +358,59 @@ def fit(
     mixed_precision: bool = True,
     progress: bool | None = None,
     desc: str = "training",
+    accumulate: int | None = None,
+    precision: str | None = None,
+    schedule: str | None = None,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool | None = None,
+    log_csv: str | Path | None = None,
 ) -> History:
     """Train ``model`` for ``steps`` optimiser steps and return the :class:`History`.
 
     Args:
         batches: an iterable of batches (re-iterated as epochs until ``steps`` is reached), or
-            a function ``step -> batch`` that draws fresh data every step.
+            a function ``step -> batch`` that draws fresh data every step (with
+            ``accumulate=k`` it is called k times a step, with consecutive numbers).
         loss_fn: ``(model, batch) -> loss`` or ``(loss, {"name": value})``; the batch is
             already on the model's device.
-        warmup: warm-up steps (default 5% of ``steps``), followed by cosine decay to
-            ``min_lr_ratio * lr``.
+        warmup: warm-up steps (default 5% of ``steps``), followed by the ``schedule``'s decay
+            (cosine by default, or linear, or constant) to ``min_lr_ratio * lr``.
         eval_fn: called as ``eval_fn(model)`` in eval mode under ``torch.no_grad`` every
             ``eval_every`` steps and at the end; returns a dict of numbers.
-        mixed_precision: use the course's autocast policy (bf16 on a capable GPU, float32 on CPU).
+        mixed_precision: ``False`` turns the ``"auto"`` precision off (float32 everywhere).
+        accumulate, precision, schedule: see the module docstring; ``None`` takes the
+            enclosing :func:`training_run`'s value (1, ``"auto"``, ``"cosine"`` outside one).
+        checkpoint: a folder for this run's training state (``None``: the enclosing
+            ``training_run``'s ``checkpoint_dir``/``<k>-<desc>``, or no checkpoints);
+            written every ``checkpoint_every`` steps (default: only at the end) and at the end.
+        resume: continue from the state in ``checkpoint`` when there is one (a finished
+            run is loaded, not trained again).
+        log_csv: a CSV file getting one row per step (step, loss, lr, metrics, evaluations).
     """
     if steps <= 0:
         raise ValueError(f"steps must be positive, got {steps}")
+    run = _CURRENT.get()
+    opts = run.options if run is not None else RunOptions()
+    index = 0
+    if run is not None:
+        run.fits += 1
+        index = run.fits
+    accumulate = opts.accumulate if accumulate is None else accumulate
+    precision = opts.precision if precision is None else precision
+    schedule = opts.schedule if schedule is None else schedule
+    resume = opts.resume if resume is None else resume
+    checkpoint_every = opts.checkpoint_every if checkpoint_every is None else checkpoint_every
+    stage = f"{index}-{re.sub(r'[^A-Za-z0-9]+', '-', desc).strip('-') or 'fit'}"
+    if checkpoint is None and opts.checkpoint_dir:
+        checkpoint = Path(opts.checkpoint_dir) / stage
+    if log_csv is None and opts.log_dir:
+        log_csv = Path(opts.log_dir) / f"{stage}.csv"
+    RunOptions(accumulate=accumulate, precision=precision, schedule=schedule)  # validates them
+    if resume and checkpoint is None:
+        raise ValueError("resume needs a checkpoint folder")
+    rank, world = distributed_info()
+    main_process = rank == 0
     device = model_device(model)
     history = history or History()
     start_step = history.steps[-1] + 1 if history.steps else 0
@@ -207,10 +422,26 @@ def fit(
                 continue
             (decay if p.dim() >= 2 else no_decay).append(p)
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        optimizer = torch.optim.AdamW(groups, lr=lr)
+        fused = device.type == "cuda"  # one kernel for the whole update on a GPU
+        optimizer = torch.optim.AdamW(groups, lr=lr, **({"fused": True} if fused else {}))
     for g in optimizer.param_groups:
         g.setdefault("initial_lr", g["lr"])
     base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    lr_scale = SCHEDULES[schedule]
+    params = [p for p in model.parameters() if p.requires_grad]
+    if world > 1:  # every rank starts from rank 0's weights
+        for t in list(model.parameters()) + list(model.buffers()):
+            torch.distributed.broadcast(t.data, 0)
+
+    done = 0  # optimiser steps of this call already taken (restored on resume)
+    rng = None
+    state_file = Path(checkpoint) / "state.pt" if checkpoint is not None else None
+    if resume and state_file is not None and state_file.exists():
+        from .checkpoints import load_train_state
+
+        done, restored, rng = load_train_state(state_file, model, optimizer, scaler, steps=steps)
+        history.__dict__.update(History.from_dict(restored).__dict__)
 
     def run_eval(step: int) -> None:
         if eval_fn is None:
@@ -222,47 +453,227 @@ def fit(
         model.train(was_training)
         history.log_eval(step, values)
 
+    def save_state(finished: bool) -> None:
+        if state_file is None:
+            return
+        if main_process:
+            from .checkpoints import save_train_state
+
+            save_train_state(
+                state_file, model, optimizer, scaler, done=done, steps=steps, history=history, finished=finished
+            )
+        if world > 1:
+            torch.distributed.barrier()
+
+    log = _MetricsLog(log_csv if main_process else None, opts.tensorboard if main_process else None, stage)
+    if done:
+        log.truncate_after(history.steps[-1])
+
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=steps, desc=desc, disable=not _progress_enabled(progress), mininterval=0.5, leave=True)
-    it = _batch_iterator(batches)
+    bar = tqdm(
+        total=steps,
+        initial=done,
+        desc=desc,
+        disable=not (_progress_enabled(progress) and main_process),
+        mininterval=0.5,
+        leave=True,
+    )
     model.train()
     t0 = time.perf_counter()
-    step = start_step
+    step = start_step + done - 1
+    if done >= steps:  # a finished run: its final state is already loaded
+        bar.close()
+        log.close()
+        if rng is not None:
+            from .checkpoints import set_rng_state
+
+            set_rng_state(rng)
+        model.eval()
+        return history
+    it = _batch_iterator(batches, start=done * accumulate)
+    if done:
+        from .checkpoints import set_rng_state
+
+        set_rng_state(rng)  # after the replay: the stream continues from the saved state
+    forward = model
+    if opts.compile:
+        forward = torch.compile(model)
     try:
-        for i in range(steps):
+        for i in range(done, steps):
             step = start_step + i
-            scale = warmup_cosine(i, total=steps, warmup=warmup, floor=min_lr_ratio)
+            scale = lr_scale(i, total=steps, warmup=warmup, floor=min_lr_ratio)
             for g, base in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = base * scale
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            batch = to_device(batch, device)
-            with autocast(device, enabled=mixed_precision):
-                out = loss_fn(model, batch)
-            loss, metrics = out if isinstance(out, tuple) else (out, {})
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss.item()} at step {step}; lower the learning rate")
+            step_loss = 0.0
+            step_metrics: dict[str, float] = {}
+            exhausted = False
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            for micro in range(accumulate):
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                batch = to_device(shard_batch(batch, rank, world), device)
+                try:
+                    with _precision_context(device, precision, mixed_precision):
+                        out = loss_fn(forward, batch)
+                    loss, metrics = out if isinstance(out, tuple) else (out, {})
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"loss became {loss.item()} at step {step} ({desc}); lower the learning rate"
+                            + (" or use --precision bf16/fp32" if precision == "fp16" else "")
+                        )
+                    scaled = loss / accumulate if accumulate > 1 else loss
+                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                except torch.OutOfMemoryError as e:
+                    raise _out_of_memory(e, batch, step, accumulate) from e
+                step_loss += loss.item() / accumulate
+                for k, v in metrics.items():
+                    step_metrics[k] = step_metrics.get(k, 0.0) + float(v) / accumulate
+            if exhausted:
+                break
+            if world > 1:
+                step_loss = _all_reduce_gradients(params, world, step_loss)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
             if grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             history.steps.append(step)
-            history.loss.append(loss.item())
+            history.loss.append(step_loss)
             history.lr.append(optimizer.param_groups[0]["lr"])
-            for k, v in metrics.items():
-                history.metrics.setdefault(k, []).append(float(v))
+            for k, v in step_metrics.items():
+                history.metrics.setdefault(k, []).append(v)
+            done = i + 1
             bar.update(1)
             if i % 10 == 0:
                 bar.set_postfix(loss=f"{history.loss[-1]:.4f}", refresh=False)
             if eval_every and (i + 1) % eval_every == 0 and i + 1 < steps:
                 run_eval(step)
+            log.write(history)
+            if checkpoint_every and done % checkpoint_every == 0 and done < steps:
+                save_state(finished=False)
         run_eval(step)
+        log.write_evals(history)
+        save_state(finished=True)
     finally:
         bar.close()
+        log.close()
         history.seconds += time.perf_counter() - t0
         model.eval()
     return history
+
+
+def _precision_context(device: torch.device, precision: str, mixed_precision: bool):
+    if precision == "auto":
+        return autocast(device, enabled=mixed_precision)
+    if precision == "fp32":
+        return autocast(device, enabled=False)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _all_reduce_gradients(params: list[nn.Parameter], world: int, loss: float) -> float:
+    """Average the gradients (and the step's loss) over the processes: one all-reduce of a flat buffer."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([loss], dtype=grads[0].dtype, device=grads[0].device)])
+    torch.distributed.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
+        offset += n
+    return float(flat[-1])
+
+
+def _out_of_memory(error: Exception, batch: Any, step: int, accumulate: int) -> RuntimeError:
+    rows = _first_rows(batch) or 0
+    half = max(1, rows // 2)
+    return RuntimeError(
+        f"out of memory at step {step} with a (per-process) batch of {rows} rows: try --batch-size {half} "
+        f"--accumulate {accumulate * 2} (the same examples per step in smaller pieces), a shorter --max-len "
+        f"or --precision bf16 ({error})"
+    )
+
+
+class _MetricsLog:
+    """One CSV row per step (and TensorBoard scalars when asked and installed)."""
+
+    def __init__(self, path: str | Path | None, tensorboard: str | None, stage: str) -> None:
+        self.path = Path(path) if path is not None else None
+        self.rows_written = 0
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(Path(tensorboard) / stage))
+            except ImportError:
+                import warnings
+
+                warnings.warn("tensorboard is not installed: pip install tensorboard (the CSV log is still written)")
+        self.columns: list[str] | None = None
+
+    def truncate_after(self, last_step: int) -> None:
+        """Drop rows of steps after ``last_step`` (a resumed run writes them again)."""
+        if self.path is None or not self.path.exists():
+            return
+        with self.path.open(newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows:
+            return
+        kept = [rows[0]] + [r for r in rows[1:] if r and r[0] != "eval" and int(r[1]) <= last_step]
+        self.columns = rows[0]
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as f:
+            csv.writer(f).writerows(kept)
+        os.replace(tmp, self.path)
+
+    def write(self, history: History) -> None:
+        step, loss, lr = history.steps[-1], history.loss[-1], history.lr[-1]
+        metrics = {k: v[-1] for k, v in history.metrics.items()}
+        if self.tb is not None:
+            self.tb.add_scalar("loss", loss, step)
+            self.tb.add_scalar("lr", lr, step)
+            for k, v in metrics.items():
+                self.tb.add_scalar(k, v, step)
+        if self.path is None:
+            return
+        if self.columns is None:
+            self.columns = ["kind", "step", "loss", "lr", *sorted(metrics)]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("w", newline="") as f:
+                csv.writer(f).writerow(self.columns)
+        row = {"kind": "train", "step": step, "loss": f"{loss:.6g}", "lr": f"{lr:.6g}"}
+        row.update({k: f"{v:.6g}" for k, v in metrics.items()})
+        with self.path.open("a", newline="") as f:
+            csv.writer(f).writerow([row.get(c, "") for c in self.columns])
+
+    def write_evals(self, history: History) -> None:
+        if not history.eval_steps:
+            return
+        if self.tb is not None:
+            for k, values in history.evals.items():
+                self.tb.add_scalar(f"eval/{k}", values[-1], history.eval_steps[-1])
+        if self.path is None:
+            return
+        evals_path = self.path.with_name(self.path.stem + "-evals.csv")
+        names = sorted(history.evals)
+        tmp = evals_path.with_suffix(".tmp")
+        with tmp.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["step", *names])
+            for j, s in enumerate(history.eval_steps):
+                w.writerow([s, *(f"{history.evals[n][j]:.6g}" if j < len(history.evals[n]) else "" for n in names)])
+        os.replace(tmp, evals_path)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()

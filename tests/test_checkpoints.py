@@ -1,6 +1,7 @@
 """Checkpoints: atomic saves, strict loads, and the train-once cache."""
 
 import json
+from pathlib import Path
 import random
 
 import numpy as np
@@ -106,3 +107,74 @@ def test_cache_key_depends_on_spec_and_code():
     assert k1 == ck.cache_key("x", {"lr": 1e-3})
     assert k1 != ck.cache_key("x", {"lr": 2e-3})
     assert k1.startswith("x-") and ck.cache_key("a b/c", {}).startswith("a_b_c-")
+
+
+def test_the_fingerprint_ignores_what_the_program_has_imported():
+    """Chapter 7 (distillation and analysis loaded) must get chapter 3's cache key."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, sys; import course_lib.checkpoints as ck; a = ck.source_fingerprint(); "
+        "[importlib.import_module(m) for m in sys.argv[1:]]; print(a == ck.source_fingerprint(), a)"
+    )
+    runs = []
+    for modules in ([], ["course_lib.recipes.bert"], ["course_lib.recipes.distill", "course_lib.analysis", "course_lib.viz"]):
+        out = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, check=True)
+        same, fp = out.stdout.split()
+        assert same == "True", modules
+        runs.append(fp)
+    assert len(set(runs)) == 1 and runs[0] == ck.source_fingerprint()
+
+
+def test_every_module_a_recipe_imports_is_fingerprinted():
+    """Importing every recipe loads only files the fingerprint covers (else a change there would keep a stale model)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import pkgutil, importlib, sys, course_lib.recipes as r\n"
+        "for m in pkgutil.iter_modules(r.__path__): importlib.import_module('course_lib.recipes.' + m.name)\n"
+        "print('\\n'.join(sorted({m.__file__ for n, m in list(sys.modules.items()) "
+        "if n.startswith('course_lib') and getattr(m, '__file__', None)})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = {Path(line).resolve() for line in out.stdout.split()}
+    covered = set(ck.training_source_files())
+    root = Path(ck.__file__).resolve().parent
+    assert loaded - covered <= {root / "__init__.py"}, sorted(map(str, loaded - covered))
+    assert len(loaded) > 20
+
+
+def test_the_fingerprint_follows_training_code_only(tmp_path, monkeypatch):
+    """A copy of the library: editing a model changes the fingerprint, editing analysis does not."""
+    import shutil
+
+    root = Path(ck.__file__).resolve().parent
+    copy = tmp_path / "course_lib"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", "studies"))
+    monkeypatch.setattr(ck, "__file__", str(copy / "checkpoints.py"))
+    ck._file_bytes.cache_clear()
+    base = ck.source_fingerprint()
+    assert base == _fingerprint_of(root)
+    (copy / "analysis" / "heads.py").write_text((copy / "analysis" / "heads.py").read_text() + "\n# note\n")
+    ck._file_bytes.cache_clear()
+    assert ck.source_fingerprint() == base
+    (copy / "models" / "bert.py").write_text((copy / "models" / "bert.py").read_text() + "\n# note\n")
+    ck._file_bytes.cache_clear()
+    assert ck.source_fingerprint() != base
+    ck._file_bytes.cache_clear()
+
+
+def _fingerprint_of(root):
+    import hashlib
+
+    files = []
+    for entry in ck.TRAINING_SOURCES:
+        path = root / entry
+        files += list(path.rglob("*.py")) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()

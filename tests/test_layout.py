@@ -37,6 +37,7 @@ LAYERS = {
     "book": 6,
     "notebooks": 6,
     "cli": 6,
+    "bench": 6,
     "grading": 6,
     "__init__": 6,
     "__main__": 6,

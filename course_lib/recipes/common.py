@@ -29,7 +29,7 @@ from torch import nn
 
 from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
 from ..device import get_device
-from ..train import History
+from ..train import PRECISIONS, SCHEDULES, History, RunOptions, training_run
 
 __all__ = [
     "MODEL_CLASSES",
@@ -42,6 +42,9 @@ __all__ = [
     "positive",
     "add_text_and_out",
     "add_run_options",
+    "add_trainer_options",
+    "run_options",
+    "init_distributed",
     "TrainingOptions",
     "training_arguments",
     "add_recipe_command",
@@ -159,6 +162,90 @@ def add_run_options(p: argparse.ArgumentParser, *, seed: int = 0) -> None:
         help="cpu, cuda, cuda:1, mps (default: $COURSE_DEVICE, else the best available)",
     )
     p.add_argument("--seed", type=int, default=seed)
+    add_trainer_options(p)
+
+
+def add_trainer_options(p: argparse.ArgumentParser) -> None:
+    """The options of the training loop itself (:class:`~course_lib.train.RunOptions`):
+    accumulation, precision, schedule, checkpoints and resume, logs."""
+    g = p.add_argument_group("training loop")
+    g.add_argument(
+        "--accumulate",
+        type=positive(int),
+        default=1,
+        metavar="K",
+        help="micro-batches per optimiser step (gradient accumulation; default 1)",
+    )
+    g.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="auto",
+        help="auto: bf16 autocast on a capable GPU, fp32 elsewhere (default); bf16/fp16 autocast "
+        "(fp16 with a gradient scaler); fp32",
+    )
+    g.add_argument("--schedule", choices=sorted(SCHEDULES), default="cosine", help="decay after warm-up")
+    g.add_argument(
+        "--checkpoint-every",
+        type=positive(int),
+        default=None,
+        metavar="N",
+        help="write the training state every N steps (to --checkpoint-dir)",
+    )
+    g.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        metavar="DIR",
+        help="training states for --resume (default: OUT/checkpoints when --checkpoint-every or --resume)",
+    )
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed run from its last training state (same options); ends as if never stopped",
+    )
+    g.add_argument(
+        "--log-dir", default=None, metavar="DIR", help="per-step CSV metrics (default: OUT/logs)"
+    )
+    g.add_argument(
+        "--tensorboard", default=None, metavar="DIR", help="also log to TensorBoard (needs tensorboard)"
+    )
+    g.add_argument("--compile", action="store_true", help="torch.compile the model's forward pass")
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    """The :class:`~course_lib.train.RunOptions` of a command line (see :func:`add_trainer_options`)."""
+    out = Path(args.out)
+    checkpoint_dir = getattr(args, "checkpoint_dir", None)
+    if checkpoint_dir is None and (getattr(args, "checkpoint_every", None) or getattr(args, "resume", False)):
+        checkpoint_dir = str(out / "checkpoints")
+    return RunOptions(
+        accumulate=getattr(args, "accumulate", 1),
+        precision=getattr(args, "precision", "auto"),
+        schedule=getattr(args, "schedule", "cosine"),
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=getattr(args, "checkpoint_every", None),
+        resume=getattr(args, "resume", False),
+        log_dir=getattr(args, "log_dir", None) or str(out / "logs"),
+        tensorboard=getattr(args, "tensorboard", None),
+        compile=getattr(args, "compile", False),
+    )
+
+
+def init_distributed(device: torch.device) -> tuple[torch.device, int, int]:
+    """Under ``torchrun`` (``WORLD_SIZE`` > 1): join the process group (NCCL on GPUs, gloo on
+    CPUs) and give this process its GPU. Returns ``(device, rank, world size)``."""
+    import os
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return device, 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    return device, dist.get_rank(), dist.get_world_size()
 
 
 @dataclass(frozen=True)
@@ -261,15 +348,25 @@ def run_recipe(
     ``ValueError`` or ``FileNotFoundError`` before the training ends is printed as
     ``course <command>: ...`` and returns 2; success returns 0."""
     try:
-        device = get_device(args.device)
+        device, rank, world = init_distributed(get_device(args.device))
+        options = run_options(args)
         text = read_text()
         t0 = time.perf_counter()
-        model, extra, history = train(text, device)
-    except (ValueError, FileNotFoundError) as exc:
+        with training_run(options):
+            model, extra, history = train(text, device)
+    except (ValueError, FileNotFoundError, FloatingPointError) as exc:
         print(f"course {command}: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        if "out of memory" not in str(exc):
+            raise
+        print(f"course {command}: {exc}", file=sys.stderr)
+        return 3
     seconds = time.perf_counter() - t0
+    if rank != 0:  # rank 0 saves and reports
+        return 0
     metadata, evals = run_metadata(args, history, seconds, device)
+    metadata["processes"] = world
     save(args.out, model, extra, metadata=metadata)
     print(summary(model, extra, history, device, seconds))
     if evals:

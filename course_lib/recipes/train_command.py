@@ -1,0 +1,196 @@
+"""``course train OBJECTIVE``: one command that pretrains any of the course's objectives.
+
+Each objective is the recipe command that already trains it, with the objective's settings
+preset (``course train albert`` = ``course pretrain-bert --pair-task sop --architecture
+AlbertForPreTraining``); so there is one recipe per model and this module only names them.
+The older per-model commands stay as aliases.
+
+=================  ==============================================  =========================
+objective          what is trained                                 recipe
+=================  ==============================================  =========================
+``elmo``           ELMo's biLM (forward + backward LSTM LMs)       ``course train-elmo``
+``bert``           BERT: masked LM + next-sentence prediction      ``course pretrain-bert``
+``roberta``        RoBERTa: dynamic masked LM on full-sentence     ``course pretrain-bert``
+                   blocks, byte-level BPE, no pair task
+``albert``         ALBERT: masked LM + sentence-order prediction   ``course pretrain-bert``
+``causal``         a left-to-right LM (BertLMHeadModel)            ``course pretrain-bert``
+``xlnet``          XLNet: permutation LM, two-stream attention     ``course pretrain-xlnet``
+``transfo-xl``     Transformer-XL: segment LM with memory          ``course pretrain-transfo-xl``
+``distill``        a student distilled from a saved course BERT    ``course distill``
+=================  ==============================================  =========================
+
+Every objective takes ``--data PATH_OR_GLOB`` (or ``generated``, the course's corpus), the
+training-loop options (``--accumulate``, ``--precision``, ``--schedule``,
+``--checkpoint-every``, ``--resume``, ``--log-dir``...) and ``--config FILE``: a JSON or TOML
+file of option values (names as on the command line, ``-`` or ``_``); options given on the
+command line win over the file. Under ``torchrun --nproc_per_node N`` the same command trains
+on N processes (see :mod:`course_lib.train`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OBJECTIVES", "register", "main", "read_config"]
+
+# objective -> (module whose register() adds the recipe command, the command's name, presets, help)
+OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "elmo": ("course_lib.recipes.elmo", "train-elmo", {}, "ELMo's biLM: forward and backward LSTM language models"),
+    "bert": ("course_lib.recipes.bert", "pretrain-bert", {"pair_task": "nsp"}, "BERT: masked LM + next-sentence prediction"),
+    "roberta": (
+        "course_lib.recipes.bert",
+        "pretrain-bert",
+        {"pair_task": "none", "tokenizer": "byte-bpe", "masking": "dynamic"},
+        "RoBERTa: dynamic masked LM on full-sentence blocks, byte-level BPE, no pair task",
+    ),
+    "albert": (
+        "course_lib.recipes.bert",
+        "pretrain-bert",
+        {"pair_task": "sop", "architecture": "AlbertForPreTraining"},
+        "ALBERT: masked LM + sentence-order prediction (factorised embeddings, shared layers)",
+    ),
+    "causal": (
+        "course_lib.recipes.bert",
+        "pretrain-bert",
+        {"causal": "left-to-right"},
+        "a left-to-right (autoregressive) language model",
+    ),
+    "xlnet": ("course_lib.recipes.xlnet", "pretrain-xlnet", {}, "XLNet: permutation language modelling"),
+    "transfo-xl": (
+        "course_lib.recipes.transfo_xl",
+        "pretrain-transfo-xl",
+        {},
+        "Transformer-XL: segment-level recurrence with relative positions",
+    ),
+    "distill": ("course_lib.recipes.distill", "distill", {}, "distil a saved course BERT into a smaller student"),
+}
+
+
+class _Renamed:
+    """Subparsers that add the recipe's parser under the objective's name instead."""
+
+    def __init__(self, sub: Any, name: str, help: str) -> None:
+        self.sub, self.name, self.help = sub, name, help
+        self.parser: argparse.ArgumentParser | None = None
+
+    def add_parser(self, command: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs["help"] = self.help
+        kwargs["description"] = f"{self.help}. The same as `course {command}`" + (
+            " with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._presets.items())
+            if self._presets
+            else ""
+        ) + ". " + kwargs.get("description", "")
+        self.parser = self.sub.add_parser(self.name, **kwargs)
+        return self.parser
+
+
+def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Option values from a JSON or TOML file, checked against ``parser``'s options (an unknown
+    name is a ``ValueError`` listing the known ones)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix.lower() == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except Exception as e:
+        raise ValueError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'} ({e})") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{path}: expected a table of option values, got {type(data).__name__}")
+    known = {a.dest: a for a in parser._actions if a.dest not in ("help", "config", "func")}
+    out = {}
+    for key, value in data.items():
+        dest = str(key).lstrip("-").replace("-", "_")
+        if dest == "data":
+            dest = "text"
+        if dest not in known:
+            names = sorted(k.replace("_", "-") for k in known if not k.startswith("_"))
+            raise ValueError(f"{path}: unknown option {key!r}; options: {', '.join(names)}")
+        action = known[dest]
+        if action.choices is not None and value not in action.choices:
+            raise ValueError(f"{path}: {key} must be one of {list(action.choices)}, got {value!r}")
+        out[dest] = value
+    return out
+
+
+def _given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    given = set()
+    for action in parser._actions:
+        for flag in action.option_strings:
+            if any(a == flag or a.startswith(flag + "=") for a in argv):
+                given.add(action.dest)
+    return given
+
+
+def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
+    def cmd(args: argparse.Namespace) -> int:
+        if getattr(args, "text", None) == "generated":
+            args.text = None
+        if getattr(args, "config", None):
+            try:
+                values = read_config(args.config, parser)
+            except (ValueError, FileNotFoundError) as exc:
+                print(f"course train {objective}: {exc}", file=sys.stderr)
+                return 2
+            given = _given_on_command_line(parser, getattr(args, "_argv", sys.argv[1:]))
+            for dest, value in values.items():
+                if dest not in given:
+                    setattr(args, dest, value)
+            if args.text == "generated":
+                args.text = None
+        return run(args)
+
+    return cmd
+
+
+def register(sub: Any) -> None:
+    """Add ``course train OBJECTIVE`` to the ``course`` command."""
+    import importlib
+
+    p = sub.add_parser(
+        "train",
+        help="pretrain any of the course's objectives (elmo, bert, roberta, albert, causal, xlnet, transfo-xl, distill)",
+        description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    objectives = p.add_subparsers(dest="objective", metavar="OBJECTIVE")
+    objectives.required = True
+    for objective, (module, command, presets, help) in OBJECTIVES.items():
+        renamed = _Renamed(objectives, objective, help)
+        renamed._presets = presets  # type: ignore[attr-defined]
+        importlib.import_module(module).register(renamed)
+        q = renamed.parser
+        assert q is not None, f"{module}.register added no parser"
+        q.add_argument(
+            "--data",
+            dest="text",
+            metavar="PATH_OR_GLOB",
+            help="training text: a file, a folder of *.txt, a quoted glob, or 'generated' (= --text)",
+        )
+        q.add_argument("--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)")
+        q.set_defaults(**presets)
+        q.set_defaults(func=_wrap(q.get_default("func"), q, objective))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.recipes.train_command OBJECTIVE ...`` = ``course train OBJECTIVE ...``."""
+    parser = argparse.ArgumentParser(prog="course")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(["train", *argv])
+    args._argv = argv
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

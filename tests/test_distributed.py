@@ -1,0 +1,77 @@
+"""Data parallelism under torchrun, on CPU with the gloo backend and 2 processes: the same
+loss curve and parameters as one process with the same global batch, a resume on another
+number of processes, and ``course train`` itself under torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "ddp_train.py"
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, COURSE_PROGRESS="0", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
+def _run(out: Path, processes: int, *extra: str, expect: int = 0) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    if processes == 1:
+        cmd = [sys.executable, str(WORKER), str(out), *extra]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+               "--standalone", str(WORKER), str(out), *extra]  # fmt: skip
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == expect or (expect and done.returncode != 0), done.stderr[-3000:]
+
+
+def _result(out: Path) -> dict:
+    return torch.load(out / "result.pt", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("one")
+    _run(out, 1)
+    return _result(out)
+
+
+def test_two_processes_follow_one_process(tmp_path, one_process):
+    _run(tmp_path, 2)
+    two = _result(tmp_path)
+    assert two["world"] == 2 and one_process["world"] == 1
+    assert two["loss"] == pytest.approx(one_process["loss"], abs=1e-5)
+    for name, p in one_process["params"].items():
+        torch.testing.assert_close(two["params"][name], p, atol=1e-5, rtol=1e-4)
+
+
+def test_a_run_killed_on_two_processes_resumes_on_one(tmp_path, one_process):
+    _run(tmp_path, 2, "--crash-at", "5", expect=17)  # both die in step 5; the state of step 4 is on disk
+    assert torch.load(tmp_path / "ckpt" / "state.pt", weights_only=True)["done"] == 4
+    assert not (tmp_path / "result.pt").exists()
+    _run(tmp_path, 1, "--resume")
+    resumed = _result(tmp_path)
+    assert resumed["loss"] == pytest.approx(one_process["loss"], abs=1e-5)
+    for name, p in one_process["params"].items():
+        torch.testing.assert_close(resumed["params"][name], p, atol=1e-5, rtol=1e-4)
+
+
+def test_course_train_under_torchrun(tmp_path):
+    out = tmp_path / "model"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+           "-m", "course_lib.cli", "train", "causal", "--data", "generated", "--size", "tiny", "--steps", "6",
+           "--n-docs", "60", "--batch-size", "8", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["processes"] == 2 and len(meta["history"]["loss"]) == 6
+    assert done.stdout.count("saved to") == 1  # rank 0 alone saves and reports

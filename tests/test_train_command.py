@@ -1,0 +1,95 @@
+"""``course train OBJECTIVE``: every objective, its presets, config files and the loop options."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from course_lib.cli import build_parser, main
+from course_lib.recipes.train_command import OBJECTIVES
+
+
+def _parse(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_every_objective_has_the_loop_options(objective):
+    extra = ["--teacher", "t"] if objective == "distill" else []
+    args = _parse("train", objective, "--out", "o", "--accumulate", "4", "--precision", "bf16", "--resume", *extra)
+    assert args.objective == objective and args.accumulate == 4 and args.precision == "bf16" and args.resume
+    for dest, value in OBJECTIVES[objective][2].items():
+        assert getattr(args, dest) == value
+
+
+def test_presets_are_the_papers_settings():
+    roberta = _parse("train", "roberta", "--out", "o")
+    assert (roberta.pair_task, roberta.tokenizer, roberta.masking) == ("none", "byte-bpe", "dynamic")
+    albert = _parse("train", "albert", "--out", "o")
+    assert (albert.pair_task, albert.architecture) == ("sop", "AlbertForPreTraining")
+    assert _parse("train", "causal", "--out", "o").causal == "left-to-right"
+    assert _parse("train", "bert", "--out", "o", "--data", "x.txt").text == "x.txt"
+
+
+def test_unknown_objective_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        _parse("train", "gpt5", "--out", "o")
+    assert "invalid choice: 'gpt5'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_config_file_gives_values_and_the_command_line_wins(tmp_path, suffix, monkeypatch):
+    values = {"steps": 3, "batch-size": 4, "size": "tiny", "n_docs": 40, "data": "generated", "max-len": 32}
+    config = tmp_path / f"run{suffix}"
+    if suffix == ".json":
+        config.write_text(json.dumps(values))
+    else:
+        config.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items()))
+    out = tmp_path / "m"
+    argv = ["train", "roberta", "--config", str(config), "--out", str(out), "--steps", "2", "--vocab-size", "300"]
+    monkeypatch.setattr(sys, "argv", ["course", *argv])
+    monkeypatch.setenv("COURSE_PROGRESS", "0")
+    assert main(argv) == 0
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["recipe"]["steps"] == 2 and meta["recipe"]["batch_size"] == 4 and meta["recipe"]["size"] == "tiny"
+    assert len(meta["history"]["loss"]) == 2 and (out / "logs").is_dir()
+
+
+def test_a_bad_config_names_the_problem(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stepz": 3}))
+    assert main(["train", "bert", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "unknown option 'stepz'" in capsys.readouterr().err
+    bad.write_text(json.dumps({"masking": "sometimes"}))
+    assert main(["train", "bert", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "masking must be one of" in capsys.readouterr().err
+    bad.write_text("{not json")
+    assert main(["train", "bert", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["train", "bert", "--config", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "objective, extra",
+    [
+        ("elmo", ["--size", "tiny"]),
+        ("xlnet", ["--size", "tiny"]),
+        ("transfo-xl", ["--size", "tiny"]),
+    ],
+)
+def test_other_objectives_train_with_accumulation(tmp_path, objective, extra, monkeypatch):
+    monkeypatch.setenv("COURSE_PROGRESS", "0")
+    out = tmp_path / objective
+    code = main(["train", objective, "--data", "generated", "--out", str(out), "--steps", "2", "--accumulate", "2", *extra])
+    assert code == 0
+    meta = json.loads((out / "model.json").read_text())
+    assert len(meta["history"]["loss"]) == 2 and meta["recipe"]["accumulate"] == 2
+
+
+def test_old_command_names_stay_as_aliases():
+    for command in ("pretrain-bert", "train-elmo", "pretrain-xlnet", "pretrain-transfo-xl", "distill"):
+        args = _parse(command, "--out", "o", *(["--teacher", "t"] if command == "distill" else []))
+        assert args.accumulate == 1 and args.precision == "auto"
