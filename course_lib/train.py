@@ -499,14 +499,39 @@ def fit(
     forward = model
     if opts.compile:
         forward = torch.compile(model)
+    sync_every = _SYNC_EVERY.get(device.type, 10)
+    pending: list[tuple[int, Any, dict[str, Any], float]] = []  # steps not yet read back from the device
+
+    def flush() -> None:
+        """Read the pending steps' losses back (one synchronisation) into the history and the log."""
+        if not pending:
+            return
+        losses = [v for _, v, _, _ in pending]
+        if isinstance(losses[0], torch.Tensor):
+            losses = torch.stack(losses).tolist()
+        for (s, _, metrics, lr_now), value in zip(pending, losses):
+            if not math.isfinite(value):
+                pending.clear()
+                raise FloatingPointError(
+                    f"loss became {value} at step {s} ({desc}); lower the learning rate"
+                    + (" or use --precision bf16/fp32" if precision == "fp16" else "")
+                )
+            history.steps.append(s)
+            history.loss.append(value)
+            history.lr.append(lr_now)
+            for k, v in metrics.items():
+                history.metrics.setdefault(k, []).append(float(v))
+            log.write(history)
+        pending.clear()
+
     try:
         for i in range(done, steps):
             step = start_step + i
             scale = lr_scale(i, total=steps, warmup=warmup, floor=min_lr_ratio)
             for g, base in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = base * scale
-            step_loss = 0.0
-            step_metrics: dict[str, float] = {}
+            step_loss: Any = 0.0
+            step_metrics: dict[str, Any] = {}
             exhausted = False
             optimizer.zero_grad(set_to_none=True)
             for micro in range(accumulate):
@@ -520,7 +545,7 @@ def fit(
                     with _precision_context(device, precision, mixed_precision):
                         out = loss_fn(forward, batch)
                     loss, metrics = out if isinstance(out, tuple) else (out, {})
-                    if not torch.isfinite(loss):
+                    if sync_every == 1 and not torch.isfinite(loss):
                         raise FloatingPointError(
                             f"loss became {loss.item()} at step {step} ({desc}); lower the learning rate"
                             + (" or use --precision bf16/fp32" if precision == "fp16" else "")
@@ -529,9 +554,13 @@ def fit(
                     (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 except torch.OutOfMemoryError as e:
                     raise _out_of_memory(e, batch, step, accumulate) from e
-                step_loss += loss.item() / accumulate
+                if sync_every == 1:
+                    step_loss += loss.item() / accumulate
+                else:  # stays on the device until the next flush: no synchronisation here
+                    step_loss = step_loss + loss.detach().float() / accumulate
                 for k, v in metrics.items():
-                    step_metrics[k] = step_metrics.get(k, 0.0) + float(v) / accumulate
+                    v = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+                    step_metrics[k] = step_metrics.get(k, 0.0) + v / accumulate
             if exhausted:
                 break
             if world > 1:
@@ -545,20 +574,20 @@ def fit(
                 scaler.update()
             else:
                 optimizer.step()
-            history.steps.append(step)
-            history.loss.append(step_loss)
-            history.lr.append(optimizer.param_groups[0]["lr"])
-            for k, v in step_metrics.items():
-                history.metrics.setdefault(k, []).append(v)
+            pending.append((step, step_loss, step_metrics, optimizer.param_groups[0]["lr"]))
             done = i + 1
             bar.update(1)
+            evaluate = bool(eval_every and (i + 1) % eval_every == 0 and i + 1 < steps)
+            save = bool(checkpoint_every and done % checkpoint_every == 0 and done < steps)
+            if len(pending) >= sync_every or evaluate or save or done == steps or i % 10 == 0:
+                flush()
             if i % 10 == 0:
                 bar.set_postfix(loss=f"{history.loss[-1]:.4f}", refresh=False)
-            if eval_every and (i + 1) % eval_every == 0 and i + 1 < steps:
+            if evaluate:
                 run_eval(step)
-            log.write(history)
-            if checkpoint_every and done % checkpoint_every == 0 and done < steps:
+            if save:
                 save_state(finished=False)
+        flush()
         run_eval(step)
         log.write_evals(history)
         save_state(finished=True)
@@ -570,6 +599,11 @@ def fit(
     return history
 
 
+# steps between reading the loss back from the device: every step on a CPU (where reading is
+# free), every 10 on a GPU, so the host queues work ahead instead of waiting each step
+_SYNC_EVERY: dict[str, int] = {"cpu": 1}
+
+
 def _precision_context(device: torch.device, precision: str, mixed_precision: bool):
     if precision == "auto":
         return autocast(device, enabled=mixed_precision)
@@ -579,10 +613,12 @@ def _precision_context(device: torch.device, precision: str, mixed_precision: bo
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _all_reduce_gradients(params: list[nn.Parameter], world: int, loss: float) -> float:
-    """Average the gradients (and the step's loss) over the processes: one all-reduce of a flat buffer."""
+def _all_reduce_gradients(params: list[nn.Parameter], world: int, loss: Any) -> Any:
+    """Average the gradients (and the step's loss, a float or a device scalar, returned as
+    the same kind) over the processes: one all-reduce of a flat buffer."""
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads] + [torch.tensor([loss], dtype=grads[0].dtype, device=grads[0].device)])
+    loss_t = torch.as_tensor(loss, dtype=grads[0].dtype, device=grads[0].device).reshape(1)
+    flat = torch.cat([g.reshape(-1) for g in grads] + [loss_t])
     torch.distributed.all_reduce(flat)
     flat /= world
     offset = 0
@@ -590,7 +626,7 @@ def _all_reduce_gradients(params: list[nn.Parameter], world: int, loss: float) -
         n = g.numel()
         p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
         offset += n
-    return float(flat[-1])
+    return flat[-1] if isinstance(loss, torch.Tensor) else float(flat[-1])
 
 
 def _out_of_memory(error: Exception, batch: Any, step: int, accumulate: int) -> RuntimeError:

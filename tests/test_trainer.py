@@ -126,3 +126,28 @@ def test_shard_batch_takes_equal_slices_of_every_row_tensor():
     with pytest.raises(ValueError, match="6 rows does not split over 4 processes"):
         shard_batch(batch, 0, 4)
     assert shard_batch(batch, 0, 1) is batch
+
+
+def test_reading_the_loss_back_in_batches_changes_nothing(monkeypatch):
+    """On a GPU the loop reads losses back every 10 steps, not every step (no host-device sync
+    per step); forced here on the CPU, the history and the weights are the same, and a NaN
+    still names its own step."""
+    import course_lib.train as train
+
+    eager_model = _model()
+    eager = fit(eager_model, [_rows()], lambda m, b: (_mse(m, b), {"m": torch.tensor(2.0)}), steps=13, progress=False)
+    monkeypatch.setattr(train, "_SYNC_EVERY", {"cpu": 4})
+    lazy_model = _model()
+    lazy = fit(lazy_model, [_rows()], lambda m, b: (_mse(m, b), {"m": torch.tensor(2.0)}), steps=13, progress=False)
+    assert lazy.loss == pytest.approx(eager.loss, rel=1e-6) and lazy.steps == eager.steps
+    assert lazy.metrics["m"] == [2.0] * 13
+    assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), lazy_model.parameters()))
+    calls: list[int] = []
+
+    def loss(model, batch):
+        calls.append(1)
+        value = _mse(model, batch)
+        return value * float("inf") if len(calls) == 6 else value
+
+    with pytest.raises(FloatingPointError, match="at step 5"):
+        fit(_model(), [_rows()], loss, steps=12, progress=False)
