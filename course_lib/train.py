@@ -283,7 +283,8 @@ def shard_batch(batch: Any, rank: int, world: int) -> Any:
         return batch
     if rows % world:
         raise ValueError(
-            f"a batch of {rows} rows does not split over {world} processes: use a batch size divisible by {world}"
+            f"a batch of {rows} rows does not split over {world} processes: "
+            f"use a batch size divisible by {world}"
         )
     per = rows // world
     return _slice_rows(batch, rows, slice(rank * per, (rank + 1) * per))
@@ -292,7 +293,9 @@ def shard_batch(batch: Any, rank: int, world: int) -> Any:
 def _first_rows(batch: Any) -> int | None:
     if isinstance(batch, torch.Tensor):
         return batch.size(0) if batch.dim() else None
-    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    values = (
+        batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
+    )
     for v in values:
         n = _first_rows(v)
         if n is not None:
@@ -460,7 +463,14 @@ def fit(
             from .checkpoints import save_train_state
 
             save_train_state(
-                state_file, model, optimizer, scaler, done=done, steps=steps, history=history, finished=finished
+                state_file,
+                model,
+                optimizer,
+                scaler,
+                done=done,
+                steps=steps,
+                history=history,
+                finished=finished,
             )
         if world > 1:
             torch.distributed.barrier()
@@ -654,7 +664,9 @@ class _MetricsLog:
             except ImportError:
                 import warnings
 
-                warnings.warn("tensorboard is not installed: pip install tensorboard (the CSV log is still written)")
+                warnings.warn(
+                    "tensorboard is not installed: pip install tensorboard (the CSV log is still written)"
+                )
         self.columns: list[str] | None = None
 
     def truncate_after(self, last_step: int) -> None:
@@ -707,7 +719,9 @@ class _MetricsLog:
             w = csv.writer(f)
             w.writerow(["step", *names])
             for j, s in enumerate(history.eval_steps):
-                w.writerow([s, *(f"{history.evals[n][j]:.6g}" if j < len(history.evals[n]) else "" for n in names)])
+                w.writerow(
+                    [s, *(f"{history.evals[n][j]:.6g}" if j < len(history.evals[n]) else "" for n in names)]
+                )
         os.replace(tmp, evals_path)
 
     def close(self) -> None:

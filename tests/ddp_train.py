@@ -30,8 +30,14 @@ torch.set_num_threads(1)
 device, rank, world = init_distributed(torch.device("cpu"))
 torch.manual_seed(0)
 config = BertConfig(
-    vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-    max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    vocab_size=50,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=16,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
 )
 model = BertForMaskedLM(config)
 
@@ -51,12 +57,25 @@ def loss_fn(m, batch):
 
 calls = {"n": 0}
 history = fit(
-    model, batch_at, loss_fn, steps=args.steps, lr=3e-3, progress=False,
-    checkpoint=os.path.join(args.out, "ckpt"), checkpoint_every=2, resume=args.resume,
+    model,
+    batch_at,
+    loss_fn,
+    steps=args.steps,
+    lr=3e-3,
+    progress=False,
+    checkpoint=os.path.join(args.out, "ckpt"),
+    checkpoint_every=2,
+    resume=args.resume,
 )
 if rank == 0:
-    torch.save({"loss": history.loss, "params": {k: v.clone() for k, v in model.state_dict().items()},
-                "world": world}, os.path.join(args.out, "result.pt"))
+    torch.save(
+        {
+            "loss": history.loss,
+            "params": {k: v.clone() for k, v in model.state_dict().items()},
+            "world": world,
+        },
+        os.path.join(args.out, "result.pt"),
+    )
 if world > 1:
     torch.distributed.destroy_process_group()
 sys.exit(0)

@@ -1,8 +1,8 @@
 """Checkpoints: atomic saves, strict loads, and the train-once cache."""
 
 import json
-from pathlib import Path
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,8 +119,14 @@ def test_the_fingerprint_ignores_what_the_program_has_imported():
         "[importlib.import_module(m) for m in sys.argv[1:]]; print(a == ck.source_fingerprint(), a)"
     )
     runs = []
-    for modules in ([], ["course_lib.recipes.bert"], ["course_lib.recipes.distill", "course_lib.analysis", "course_lib.viz"]):
-        out = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True, check=True)
+    for modules in (
+        [],
+        ["course_lib.recipes.bert"],
+        ["course_lib.recipes.distill", "course_lib.analysis", "course_lib.viz"],
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", code, *modules], capture_output=True, text=True, check=True
+        )
         same, fp = out.stdout.split()
         assert same == "True", modules
         runs.append(fp)
@@ -128,7 +134,8 @@ def test_the_fingerprint_ignores_what_the_program_has_imported():
 
 
 def test_every_module_a_recipe_imports_is_fingerprinted():
-    """Importing every recipe loads only files the fingerprint covers (else a change there would keep a stale model)."""
+    """Importing every recipe loads only files the fingerprint covers (else a change there would
+    keep a stale model)."""
     import subprocess
     import sys
 

@@ -48,7 +48,9 @@ def test_a_killed_run_resumes_to_the_same_parameters(tmp_path, objective):
     cmd = ["train", objective, *TRAIN, "--checkpoint-every", "4"]
     subprocess.run(_course(*cmd, "--out", str(whole)), env=_env(), check=True, capture_output=True)
 
-    proc = subprocess.Popen(_course(*cmd, "--out", str(killed)), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _course(*cmd, "--out", str(killed)), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     state = next(iter([killed / "checkpoints"]))
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -56,14 +58,18 @@ def test_a_killed_run_resumes_to_the_same_parameters(tmp_path, objective):
         if files and _done(files[0]) >= 8:
             break
         time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
+    assert proc.poll() is None, (
+        "the run ended before it could be killed: " + proc.stderr.read().decode()[-2000:]
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     stopped_at = _done(files[0])
     assert 8 <= stopped_at < 120
     assert not (killed / "model.safetensors").exists()
 
-    out = subprocess.run(_course(*cmd, "--out", str(killed), "--resume"), env=_env(), capture_output=True, text=True)
+    out = subprocess.run(
+        _course(*cmd, "--out", str(killed), "--resume"), env=_env(), capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
     assert a.keys() == b.keys()
@@ -81,7 +87,9 @@ def _toy(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.2), nn.ReLU(), nn.Linear(16, 3))
 
 
-def _draw(step: int) -> tuple[torch.Tensor, torch.Tensor]:  # uses the global random state, like dynamic masking
+def _draw(
+    step: int,
+) -> tuple[torch.Tensor, torch.Tensor]:  # uses the global random state, like dynamic masking
     return torch.randn(8, 6), torch.randint(0, 3, (8,))
 
 
@@ -111,20 +119,50 @@ def test_fit_resumes_exactly_from_any_checkpoint(tmp_path, accumulate, batches):
     data = (lambda: _draw) if batches == "function" else (lambda: [_draw(i) for i in range(5)])
     torch.manual_seed(1)
     whole = _toy()
-    ref = fit(whole, data(), _loss, steps=11, progress=False, accumulate=accumulate, eval_fn=lambda m: {"x": 1.0}, eval_every=4)
+    ref = fit(
+        whole,
+        data(),
+        _loss,
+        steps=11,
+        progress=False,
+        accumulate=accumulate,
+        eval_fn=lambda m: {"x": 1.0},
+        eval_every=4,
+    )
     after_ref = torch.rand(3)
 
     torch.manual_seed(1)
     model = _toy()
     with pytest.raises(_Killed):
-        fit(model, data(), _killing(7 * accumulate + 1), steps=11, progress=False, accumulate=accumulate,
-            checkpoint=tmp_path, checkpoint_every=3, eval_fn=lambda m: {"x": 1.0}, eval_every=4)
+        fit(
+            model,
+            data(),
+            _killing(7 * accumulate + 1),
+            steps=11,
+            progress=False,
+            accumulate=accumulate,
+            checkpoint=tmp_path,
+            checkpoint_every=3,
+            eval_fn=lambda m: {"x": 1.0},
+            eval_every=4,
+        )
     assert torch.load(tmp_path / "state.pt", weights_only=True)["done"] == 6
 
     torch.manual_seed(1)
     model = _toy()
-    history = fit(model, data(), _loss, steps=11, progress=False, accumulate=accumulate, checkpoint=tmp_path,
-                  checkpoint_every=3, resume=True, eval_fn=lambda m: {"x": 1.0}, eval_every=4)
+    history = fit(
+        model,
+        data(),
+        _loss,
+        steps=11,
+        progress=False,
+        accumulate=accumulate,
+        checkpoint=tmp_path,
+        checkpoint_every=3,
+        resume=True,
+        eval_fn=lambda m: {"x": 1.0},
+        eval_every=4,
+    )
     assert all(torch.equal(p, q) for p, q in zip(whole.parameters(), model.parameters()))
     assert history.loss == ref.loss and history.steps == ref.steps and history.eval_steps == ref.eval_steps
     assert torch.equal(torch.rand(3), after_ref), "the random state after training differs"

@@ -18,7 +18,9 @@ def _parse(*argv: str):
 @pytest.mark.parametrize("objective", sorted(OBJECTIVES))
 def test_every_objective_has_the_loop_options(objective):
     extra = ["--teacher", "t"] if objective == "distill" else []
-    args = _parse("train", objective, "--out", "o", "--accumulate", "4", "--precision", "bf16", "--resume", *extra)
+    args = _parse(
+        "train", objective, "--out", "o", "--accumulate", "4", "--precision", "bf16", "--resume", *extra
+    )
     assert args.objective == objective and args.accumulate == 4 and args.precision == "bf16" and args.resume
     for dest, value in OBJECTIVES[objective][2].items():
         assert getattr(args, dest) == value
@@ -48,12 +50,27 @@ def test_a_config_file_gives_values_and_the_command_line_wins(tmp_path, suffix, 
     else:
         config.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items()))
     out = tmp_path / "m"
-    argv = ["train", "roberta", "--config", str(config), "--out", str(out), "--steps", "2", "--vocab-size", "300"]
+    argv = [
+        "train",
+        "roberta",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--vocab-size",
+        "300",
+    ]
     monkeypatch.setattr(sys, "argv", ["course", *argv])
     monkeypatch.setenv("COURSE_PROGRESS", "0")
     assert main(argv) == 0
     meta = json.loads((out / "model.json").read_text())
-    assert meta["recipe"]["steps"] == 2 and meta["recipe"]["batch_size"] == 4 and meta["recipe"]["size"] == "tiny"
+    assert (
+        meta["recipe"]["steps"] == 2
+        and meta["recipe"]["batch_size"] == 4
+        and meta["recipe"]["size"] == "tiny"
+    )
     assert len(meta["history"]["loss"]) == 2 and (out / "logs").is_dir()
 
 
@@ -83,7 +100,21 @@ def test_a_bad_config_names_the_problem(tmp_path, capsys):
 def test_other_objectives_train_with_accumulation(tmp_path, objective, extra, monkeypatch):
     monkeypatch.setenv("COURSE_PROGRESS", "0")
     out = tmp_path / objective
-    code = main(["train", objective, "--data", "generated", "--out", str(out), "--steps", "2", "--accumulate", "2", *extra])
+    code = main(
+        [
+            "train",
+            objective,
+            "--data",
+            "generated",
+            "--out",
+            str(out),
+            "--steps",
+            "2",
+            "--accumulate",
+            "2",
+            *extra,
+        ]
+    )
     assert code == 0
     meta = json.loads((out / "model.json").read_text())
     assert len(meta["history"]["loss"]) == 2 and meta["recipe"]["accumulate"] == 2

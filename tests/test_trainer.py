@@ -39,7 +39,15 @@ def test_accumulation_equals_the_whole_batch():
     whole = _model()
     h1 = fit(whole, [(x, y)], _mse, steps=6, progress=False, lr=0.05)
     pieces = _model()
-    h4 = fit(pieces, [(x[i : i + 2], y[i : i + 2]) for i in range(0, 8, 2)], _mse, steps=6, progress=False, lr=0.05, accumulate=4)
+    h4 = fit(
+        pieces,
+        [(x[i : i + 2], y[i : i + 2]) for i in range(0, 8, 2)],
+        _mse,
+        steps=6,
+        progress=False,
+        lr=0.05,
+        accumulate=4,
+    )
     for p, q in zip(whole.parameters(), pieces.parameters()):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
     assert h4.loss == pytest.approx(h1.loss, rel=1e-5)
@@ -51,7 +59,9 @@ def test_schedules():
     assert warmup_linear(100, total=100, warmup=10, floor=0.1) == pytest.approx(0.1)
     assert SCHEDULES["constant"](50, total=100, warmup=10) == 1.0
     h = fit(_model(), [_rows()], _mse, steps=20, warmup=2, progress=False, lr=0.1, schedule="linear")
-    assert h.lr[1] == pytest.approx(0.1) and h.lr[-1] == pytest.approx(0.1 * warmup_linear(19, total=20, warmup=2))
+    assert h.lr[1] == pytest.approx(0.1) and h.lr[-1] == pytest.approx(
+        0.1 * warmup_linear(19, total=20, warmup=2)
+    )
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
@@ -95,8 +105,16 @@ def test_running_out_of_memory_names_a_batch_size_to_try():
 
 def test_the_metrics_log(tmp_path):
     path = tmp_path / "log.csv"
-    fit(_model(), [_rows()], lambda m, b: (_mse(m, b), {"extra": 2.0}), steps=5, progress=False, log_csv=path,
-        eval_fn=lambda m: {"heldout": 1.5}, eval_every=2)
+    fit(
+        _model(),
+        [_rows()],
+        lambda m, b: (_mse(m, b), {"extra": 2.0}),
+        steps=5,
+        progress=False,
+        log_csv=path,
+        eval_fn=lambda m: {"heldout": 1.5},
+        eval_every=2,
+    )
     rows = list(csv.DictReader(path.open()))
     assert [int(r["step"]) for r in rows] == list(range(5)) and rows[0]["extra"] == "2"
     evals = list(csv.DictReader(path.with_name("log-evals.csv").open()))
@@ -113,13 +131,22 @@ def test_training_run_reaches_fit_and_validates():
         fit(_model(), lambda step: seen.append(step) or _rows(), _mse, steps=3, progress=False)
         assert seen == list(range(6))  # two micro-batches a step
     assert current_run() == RunOptions()
-    for bad, match in (({"accumulate": 0}, "accumulate"), ({"precision": "fp8"}, "precision"), ({"schedule": "step"}, "schedule")):
+    for bad, match in (
+        ({"accumulate": 0}, "accumulate"),
+        ({"precision": "fp8"}, "precision"),
+        ({"schedule": "step"}, "schedule"),
+    ):
         with pytest.raises(ValueError, match=match):
             RunOptions(**bad)
 
 
 def test_shard_batch_takes_equal_slices_of_every_row_tensor():
-    batch = {"ids": torch.arange(12).view(6, 2), "labels": torch.arange(6), "scale": torch.tensor(2.0), "name": "x"}
+    batch = {
+        "ids": torch.arange(12).view(6, 2),
+        "labels": torch.arange(6),
+        "scale": torch.tensor(2.0),
+        "name": "x",
+    }
     parts = [shard_batch(batch, r, 3) for r in range(3)]
     assert torch.equal(torch.cat([p["ids"] for p in parts]), batch["ids"])
     assert parts[1]["labels"].tolist() == [2, 3] and parts[2]["scale"] == 2.0 and parts[0]["name"] == "x"
@@ -135,10 +162,14 @@ def test_reading_the_loss_back_in_batches_changes_nothing(monkeypatch):
     import course_lib.train as train
 
     eager_model = _model()
-    eager = fit(eager_model, [_rows()], lambda m, b: (_mse(m, b), {"m": torch.tensor(2.0)}), steps=13, progress=False)
+    eager = fit(
+        eager_model, [_rows()], lambda m, b: (_mse(m, b), {"m": torch.tensor(2.0)}), steps=13, progress=False
+    )
     monkeypatch.setattr(train, "_SYNC_EVERY", {"cpu": 4})
     lazy_model = _model()
-    lazy = fit(lazy_model, [_rows()], lambda m, b: (_mse(m, b), {"m": torch.tensor(2.0)}), steps=13, progress=False)
+    lazy = fit(
+        lazy_model, [_rows()], lambda m, b: (_mse(m, b), {"m": torch.tensor(2.0)}), steps=13, progress=False
+    )
     assert lazy.loss == pytest.approx(eager.loss, rel=1e-6) and lazy.steps == eager.steps
     assert lazy.metrics["m"] == [2.0] * 13
     assert all(torch.equal(p, q) for p, q in zip(eager_model.parameters(), lazy_model.parameters()))

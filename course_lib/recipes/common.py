@@ -202,9 +202,7 @@ def add_trainer_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="continue a killed run from its last training state (same options); ends as if never stopped",
     )
-    g.add_argument(
-        "--log-dir", default=None, metavar="DIR", help="per-step CSV metrics (default: OUT/logs)"
-    )
+    g.add_argument("--log-dir", default=None, metavar="DIR", help="per-step CSV metrics (default: OUT/logs)")
     g.add_argument(
         "--tensorboard", default=None, metavar="DIR", help="also log to TensorBoard (needs tensorboard)"
     )

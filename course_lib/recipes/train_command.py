@@ -40,8 +40,18 @@ __all__ = ["OBJECTIVES", "register", "main", "read_config"]
 
 # objective -> (module whose register() adds the recipe command, the command's name, presets, help)
 OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
-    "elmo": ("course_lib.recipes.elmo", "train-elmo", {}, "ELMo's biLM: forward and backward LSTM language models"),
-    "bert": ("course_lib.recipes.bert", "pretrain-bert", {"pair_task": "nsp"}, "BERT: masked LM + next-sentence prediction"),
+    "elmo": (
+        "course_lib.recipes.elmo",
+        "train-elmo",
+        {},
+        "ELMo's biLM: forward and backward LSTM language models",
+    ),
+    "bert": (
+        "course_lib.recipes.bert",
+        "pretrain-bert",
+        {"pair_task": "nsp"},
+        "BERT: masked LM + next-sentence prediction",
+    ),
     "roberta": (
         "course_lib.recipes.bert",
         "pretrain-bert",
@@ -67,7 +77,12 @@ OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
         {},
         "Transformer-XL: segment-level recurrence with relative positions",
     ),
-    "distill": ("course_lib.recipes.distill", "distill", {}, "distil a saved course BERT into a smaller student"),
+    "distill": (
+        "course_lib.recipes.distill",
+        "distill",
+        {},
+        "distil a saved course BERT into a smaller student",
+    ),
 }
 
 
@@ -80,11 +95,16 @@ class _Renamed:
 
     def add_parser(self, command: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs["help"] = self.help
-        kwargs["description"] = f"{self.help}. The same as `course {command}`" + (
-            " with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._presets.items())
-            if self._presets
-            else ""
-        ) + ". " + kwargs.get("description", "")
+        kwargs["description"] = (
+            f"{self.help}. The same as `course {command}`"
+            + (
+                " with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._presets.items())
+                if self._presets
+                else ""
+            )
+            + ". "
+            + kwargs.get("description", "")
+        )
         self.parser = self.sub.add_parser(self.name, **kwargs)
         return self.parser
 
@@ -98,13 +118,17 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
     text = path.read_text()
     try:
         if path.suffix.lower() == ".toml":
-            import tomllib
-
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                raise ValueError(f"{path}: TOML needs Python 3.11 or later; use a .json file") from None
             data = tomllib.loads(text)
         else:
             data = json.loads(text)
     except Exception as e:
-        raise ValueError(f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'} ({e})") from None
+        raise ValueError(
+            f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'} ({e})"
+        ) from None
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: expected a table of option values, got {type(data).__name__}")
     known = {a.dest: a for a in parser._actions if a.dest not in ("help", "config", "func")}
@@ -159,7 +183,8 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "train",
-        help="pretrain any of the course's objectives (elmo, bert, roberta, albert, causal, xlnet, transfo-xl, distill)",
+        help="pretrain any of the course's objectives "
+        "(elmo, bert, roberta, albert, causal, xlnet, transfo-xl, distill)",
         description=__doc__.split("\n\n")[0] + " " + __doc__.split("\n\n")[1].replace("\n", " "),
     )
     objectives = p.add_subparsers(dest="objective", metavar="OBJECTIVE")
@@ -176,7 +201,9 @@ def register(sub: Any) -> None:
             metavar="PATH_OR_GLOB",
             help="training text: a file, a folder of *.txt, a quoted glob, or 'generated' (= --text)",
         )
-        q.add_argument("--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)")
+        q.add_argument(
+            "--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)"
+        )
         q.set_defaults(**presets)
         q.set_defaults(func=_wrap(q.get_default("func"), q, objective))
 
