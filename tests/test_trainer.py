@@ -182,3 +182,20 @@ def test_reading_the_loss_back_in_batches_changes_nothing(monkeypatch):
 
     with pytest.raises(FloatingPointError, match="at step 5"):
         fit(_model(), [_rows()], loss, steps=12, progress=False)
+
+
+def test_tensorboard_logs_or_says_how_to_get_it(tmp_path):
+    with training_run(tensorboard=str(tmp_path / "tb"), log_dir=str(tmp_path / "logs")):
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+
+            installed = True
+        except ImportError:
+            installed = False
+        if installed:
+            fit(_model(), [_rows()], _mse, steps=3, progress=False)
+            assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+        else:
+            with pytest.warns(UserWarning, match="pip install tensorboard"):
+                fit(_model(), [_rows()], _mse, steps=3, progress=False)
+    assert len(list(csv.DictReader((tmp_path / "logs" / "1-training.csv").open()))) == 3
