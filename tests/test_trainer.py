@@ -199,3 +199,23 @@ def test_tensorboard_logs_or_says_how_to_get_it(tmp_path):
             with pytest.warns(UserWarning, match="pip install tensorboard"):
                 fit(_model(), [_rows()], _mse, steps=3, progress=False)
     assert len(list(csv.DictReader((tmp_path / "logs" / "1-training.csv").open()))) == 3
+
+
+def test_compile_hands_the_compiled_model_to_the_loss(monkeypatch):
+    """--compile: the loss sees torch.compile's module (a real compile takes minutes on a CPU,
+    so it is replaced by a recording stand-in here; `course train bert --compile` ran in the
+    issue's measurements)."""
+    compiled = []
+
+    def fake_compile(model):
+        compiled.append(model)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    seen = []
+    model = _model()
+    with training_run(compile=True):
+        fit(model, [_rows()], lambda m, b: seen.append(m) or _mse(m, b), steps=2, progress=False)
+    assert compiled == [model] and seen == [model, model]
+    fit(_model(), [_rows()], _mse, steps=1, progress=False)
+    assert len(compiled) == 1
