@@ -17,11 +17,12 @@ For long runs the same loop also does (all off by default, so a chapter's run is
 * **checkpoints and exact resume** (``checkpoint=DIR``, ``checkpoint_every=N``,
   ``resume=True``): the model, the optimiser, the gradient scaler, the history, the step and
   every random state are written atomically every N steps and at the end. A resumed run
-  rebuilds the batch stream up to the step, puts the random states back and continues, so a
-  run killed at any step and resumed ends with the same parameters as one never interrupted
-  (bit for bit on CPU; ``tests/test_resume.py`` kills a real run to check it). Exact for batch
-  functions ``step -> batch`` and for iterables whose batches depend on their position and
-  the random state when drawn (the course's data all are);
+  draws and drops the batches the stopped run had used (so a batch source's own state, a
+  shuffled order or a private generator, is where it was), puts the random states back and
+  continues, so a run killed at any step and resumed ends with the same parameters as one
+  never interrupted (bit for bit on CPU; ``tests/test_resume.py`` kills a real run to check
+  it). Exact for any batch source whose batches depend only on the order of drawing and the
+  random state (the course's data all do); a finished ``fit`` is loaded, its batches drawn;
 * **data parallelism** under ``torchrun``: when ``torch.distributed`` is initialised with
   more than one process, rank 0's parameters are broadcast, every rank takes its equal slice
   of each (global) batch and the gradients are averaged with one all-reduce per step (what
@@ -321,25 +322,31 @@ def _progress_enabled(progress: bool | None) -> bool:
     return os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
 
 
-def _batch_iterator(batches: Iterable | Callable[[int], Any], start: int = 0) -> Iterator:
-    """The batches from number ``start`` on (an iterable is replayed up to there)."""
+def _batch_iterator(batches: Iterable | Callable[[int], Any]) -> Iterator:
     if callable(batches) and not isinstance(batches, Iterable):
-        step = start
+        step = 0
         while True:
             yield batches(step)
             step += 1
-    skip = start
     while True:
         empty = True
         for b in batches:
             empty = False
-            if skip:
-                skip -= 1
-                continue
             yield b
         if empty:
             raise ValueError("fit: the batch iterable yielded nothing")
         if isinstance(batches, Iterator):  # a one-shot iterator is exhausted: stop
+            return
+
+
+def _replay(it: Iterator, n: int) -> None:
+    """Draw and drop ``n`` batches: a resumed run's stream (and any state the batch source
+    keeps, such as a shuffled order or a private generator shared with a later ``fit``)
+    reaches where the stopped run was."""
+    for _ in range(n):
+        try:
+            next(it)
+        except StopIteration:
             return
 
 
@@ -492,20 +499,17 @@ def fit(
     model.train()
     t0 = time.perf_counter()
     step = start_step + done - 1
+    it = _batch_iterator(batches)
+    if done:  # replay the batches drawn before the stop, then put the random states back
+        from .checkpoints import set_rng_state
+
+        _replay(it, done * accumulate)
+        set_rng_state(rng)
     if done >= steps:  # a finished run: its final state is already loaded
         bar.close()
         log.close()
-        if rng is not None:
-            from .checkpoints import set_rng_state
-
-            set_rng_state(rng)
         model.eval()
         return history
-    it = _batch_iterator(batches, start=done * accumulate)
-    if done:
-        from .checkpoints import set_rng_state
-
-        set_rng_state(rng)  # after the replay: the stream continues from the saved state
     forward = model
     if opts.compile:
         forward = torch.compile(model)

@@ -6,6 +6,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from course_lib.cli import build_parser, main
 from course_lib.recipes.train_command import OBJECTIVES
@@ -124,3 +125,50 @@ def test_old_command_names_stay_as_aliases():
     for command in ("pretrain-bert", "train-elmo", "pretrain-xlnet", "pretrain-transfo-xl", "distill"):
         args = _parse(command, "--out", "o", *(["--teacher", "t"] if command == "distill" else []))
         assert args.accumulate == 1 and args.precision == "auto"
+
+
+def test_albert_and_distill_train_and_a_distill_run_resumes(tmp_path, monkeypatch):
+    """ALBERT through `course train albert`; then a two-stage distillation (TinyBERT's layer
+    losses first) of it, killed in its second stage and resumed: the same student."""
+    monkeypatch.setenv("COURSE_PROGRESS", "0")
+    teacher = tmp_path / "albert"
+    common = ["--data", "generated", "--n-docs", "60", "--batch-size", "8"]
+    assert main(["train", "albert", *common, "--out", str(teacher), "--size", "tiny", "--steps", "3"]) == 0
+    assert json.loads((teacher / "config.json").read_text())["architecture"] == "AlbertForPreTraining"
+
+    bert = tmp_path / "bert"
+    assert main(["train", "bert", *common, "--out", str(bert), "--size", "tiny", "--steps", "3"]) == 0
+    distill = ["train", "distill", "--teacher", str(bert), *common, "--steps", "6", "--layers", "1"]
+    distill += ["--method", "tinybert", "--first-steps", "3", "--checkpoint-every", "1"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert main([*distill, "--out", str(whole)]) == 0
+    stages = sorted(p.name for p in (whole / "checkpoints").iterdir())
+    assert len(stages) == 2, stages
+
+    import course_lib.train as train
+
+    real_fit, calls = train.fit, {"n": 0}
+
+    def dies_in_stage_two(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second stage: stop after its first step's state is written
+            loss_fn = args[2]
+
+            def loss(model, batch, seen=[0]):
+                seen[0] += 1
+                if seen[0] > 2:
+                    raise KeyboardInterrupt
+                return loss_fn(model, batch)
+
+            args = (*args[:2], loss, *args[3:])
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr("course_lib.recipes.distill.fit", dies_in_stage_two)
+    with pytest.raises(KeyboardInterrupt):
+        main([*distill, "--out", str(killed)])
+    monkeypatch.setattr("course_lib.recipes.distill.fit", real_fit)
+    assert main([*distill, "--out", str(killed), "--resume"]) == 0
+    from safetensors.torch import load_file
+
+    a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
