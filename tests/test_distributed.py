@@ -77,3 +77,30 @@ def test_course_train_under_torchrun(tmp_path):
     meta = json.loads((out / "model.json").read_text())
     assert meta["processes"] == 2 and len(meta["history"]["loss"]) == 6
     assert done.stdout.count("saved to") == 1  # rank 0 alone saves and reports
+
+
+def test_two_nodes_of_one_process_each(tmp_path, one_process):
+    """Multi-node, simulated: two torchrun launchers (one per 'node') meet at a c10d rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launchers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+             "--node_rank", str(node), "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+             "--rdzv_id", "course-test", str(WORKER), str(tmp_path)],  # fmt: skip
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    for p in launchers:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    two = _result(tmp_path)
+    assert two["world"] == 2
+    assert two["loss"] == pytest.approx(one_process["loss"], abs=1e-5)
