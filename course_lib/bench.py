@@ -152,27 +152,20 @@ def _hf_config(name: str, shape: BenchShape) -> Any:
     import transformers
 
     s = shape
+    encoder = dict(  # what BERT's and ALBERT's configurations share
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.d_ff,
+        max_position_embeddings=max(512, s.seq),
+        attn_implementation="sdpa",
+    )
     if name == "bert":
-        return transformers.BertConfig(
-            vocab_size=s.vocab,
-            hidden_size=s.hidden,
-            num_hidden_layers=s.layers,
-            num_attention_heads=s.heads,
-            intermediate_size=s.d_ff,
-            max_position_embeddings=max(512, s.seq),
-            attn_implementation="sdpa",
-        )
+        return transformers.BertConfig(**encoder)
     if name == "albert":
-        return transformers.AlbertConfig(
-            vocab_size=s.vocab,
-            embedding_size=max(8, s.hidden // 2),  # E < H: the factorisation is measured (128 at H = 256)
-            hidden_size=s.hidden,
-            num_hidden_layers=s.layers,
-            num_attention_heads=s.heads,
-            intermediate_size=s.d_ff,
-            max_position_embeddings=max(512, s.seq),
-            attn_implementation="sdpa",
-        )
+        # E < H: the factorisation is measured (128 at H = 256)
+        return transformers.AlbertConfig(embedding_size=max(8, s.hidden // 2), **encoder)
     if name == "xlnet":
         return transformers.XLNetConfig(
             vocab_size=s.vocab, d_model=s.hidden, n_layer=s.layers, n_head=s.heads, d_inner=s.d_ff
