@@ -2,8 +2,9 @@
 
 Chapters train their models with :func:`train_or_load`: the first run trains and stores the
 weights and the training history under a key that hashes everything that decides the
-result (the training spec, course_lib's own source, the torch version and the device
-type); later runs with the same key load them instead of training again. So a reader's
+result (the training spec, the source of course_lib's training layers, the torch version and
+the device type); later runs with the same key load them instead of training again, in any
+chapter: chapter 7 loads the BERT chapter 3 trained. So a reader's
 second run, and the test suite's second execution of a chapter after the book build, take
 seconds, and the stored result is exactly what the code produces.
 
