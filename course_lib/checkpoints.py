@@ -123,32 +123,30 @@ def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "
     return f"{safe}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 
 
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def save_checkpoint(path: Path | str, model: nn.Module, metadata: Mapping[str, Any] | None = None) -> Path:
-    """Save ``model``'s weights to ``path`` (.safetensors) and ``metadata`` to ``path``.json, atomically."""
+def _write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
+    """``write(temporary name)`` next to ``path``, then an atomic rename onto ``path``: a kill
+    during the write leaves the previous file whole (and no temporary file behind)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        save_model(model, tmp)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    _write_atomically(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def save_checkpoint(path: Path | str, model: nn.Module, metadata: Mapping[str, Any] | None = None) -> Path:
+    """Save ``model``'s weights to ``path`` (.safetensors) and ``metadata`` to ``path``.json, atomically."""
+    path = _write_atomically(path, lambda tmp: save_model(model, tmp))
     atomic_write_text(path.with_suffix(".json"), json.dumps(dict(metadata or {}), indent=1, default=str))
     return path
 
@@ -249,8 +247,6 @@ def save_train_state(
     optimiser and gradient-scaler states, the steps done of ``steps``, the history and every
     random state. Written to a temporary file and renamed, so a kill during the write leaves
     the previous state whole."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {
         "format": 1,
         "done": done,
@@ -263,15 +259,7 @@ def save_train_state(
         "rng": json.dumps(rng_state()),
         "torch": str(torch.__version__),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return _write_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_train_state(

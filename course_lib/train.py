@@ -681,7 +681,7 @@ class _MetricsLog:
             rows = list(csv.reader(f))
         if not rows:
             return
-        kept = [rows[0]] + [r for r in rows[1:] if r and r[0] != "eval" and int(r[1]) <= last_step]
+        kept = [rows[0]] + [r for r in rows[1:] if r and int(r[1]) <= last_step]
         self.columns = rows[0]
         tmp = self.path.with_suffix(".tmp")
         with tmp.open("w", newline="") as f:
