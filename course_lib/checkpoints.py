@@ -33,6 +33,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from .claims import seed_offset
+from .hashing import code_hash
 from .train import History, model_device
 
 __all__ = [
@@ -67,6 +68,7 @@ TRAINING_SOURCES = (
     "checkpoints.py",
     "claims.py",
     "device.py",
+    "hashing.py",
     "train.py",
     "nn",
     "data",
@@ -87,7 +89,8 @@ def training_source_files() -> list[Path]:
 
 
 def source_fingerprint() -> str:
-    """SHA-256 over the source of the training layers (:data:`TRAINING_SOURCES`).
+    """SHA-256 over the code of the training layers (:data:`TRAINING_SOURCES`), read from each
+    file's syntax tree (:func:`course_lib.hashing.code_hash`).
 
     The same in every program, whatever it has imported: chapter 7 asking for chapter 3's
     BERT gets chapter 3's cached copy. A change to any training code invalidates every
@@ -97,13 +100,15 @@ def source_fingerprint() -> str:
     h = hashlib.sha256()
     for path in training_source_files():
         h.update(str(path.relative_to(root).as_posix()).encode())
-        h.update(_file_bytes(path))
+        h.update(_file_code(path))
     return h.hexdigest()
 
 
 @functools.lru_cache(maxsize=None)
-def _file_bytes(path: Path) -> bytes:
-    return path.read_bytes()
+def _file_code(path: Path) -> bytes:
+    # the code, not the text: a comment, a docstring, an import or a moved function keeps the
+    # cache (course_lib.hashing)
+    return code_hash(path).encode()
 
 
 def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "cpu") -> str:

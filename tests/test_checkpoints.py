@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import course_lib.checkpoints as ck
+from course_lib.hashing import code_hash
 from course_lib.train import History
 
 
@@ -161,16 +162,25 @@ def test_the_fingerprint_follows_training_code_only(tmp_path, monkeypatch):
     copy = tmp_path / "course_lib"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("__pycache__", "studies"))
     monkeypatch.setattr(ck, "__file__", str(copy / "checkpoints.py"))
-    ck._file_bytes.cache_clear()
+    ck._file_code.cache_clear()
     base = ck.source_fingerprint()
     assert base == _fingerprint_of(root)
     (copy / "analysis" / "heads.py").write_text((copy / "analysis" / "heads.py").read_text() + "\n# note\n")
-    ck._file_bytes.cache_clear()
+    ck._file_code.cache_clear()
     assert ck.source_fingerprint() == base
-    (copy / "models" / "bert.py").write_text((copy / "models" / "bert.py").read_text() + "\n# note\n")
-    ck._file_bytes.cache_clear()
+    bert = (copy / "models" / "bert.py").read_text()
+    # a comment, a docstring or an import in a model computes nothing new: the cache stays
+    (copy / "models" / "bert.py").write_text(
+        bert.replace('"""', '"""Edited. ', 1) + "\nimport os  # note\n"
+    )
+    ck._file_code.cache_clear()
+    assert ck.source_fingerprint() == base
+    # a changed computation does not
+    assert "0.02" in bert
+    (copy / "models" / "bert.py").write_text(bert.replace("0.02", "0.03", 1))
+    ck._file_code.cache_clear()
     assert ck.source_fingerprint() != base
-    ck._file_bytes.cache_clear()
+    ck._file_code.cache_clear()
 
 
 def _fingerprint_of(root):
@@ -183,5 +193,5 @@ def _fingerprint_of(root):
     h = hashlib.sha256()
     for f in sorted(files):
         h.update(f.relative_to(root).as_posix().encode())
-        h.update(f.read_bytes())
+        h.update(code_hash(f).encode())
     return h.hexdigest()

@@ -1,6 +1,6 @@
 """The library's layers and which way imports go (parsed with ast, nothing imported).
 
-    0  device, train, checkpoints, claims        shared utilities
+    0  device, train, checkpoints, claims, hashing   shared utilities
     1  nn/          building blocks             data/   text, tokenizers, ELMo's codec
     2  models/      one file per family, models/hf.py for Hugging Face interop
     3  objectives/  masking, pairs, losses
@@ -24,6 +24,7 @@ LAYERS = {
     "train": 0,
     "checkpoints": 0,
     "claims": 0,
+    "hashing": 0,
     "nn": 1,
     "data": 1,
     "models": 2,

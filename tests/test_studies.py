@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+import course_lib.studies as study_module
 from course_lib.cli import main as course_main
 from course_lib.studies import (
     Study,
     StudyResults,
+    check_golden,
     get_study,
+    golden_path,
     load_study,
+    one_thread,
     register_study,
+    restamp,
     results_path,
     run_study,
     spec_hash,
     study_names,
+    write_golden,
 )
 
 
 def _toy_run(seed: int, quick: bool = False):
     return {"a": {"x": seed + 0.5, "texts": ["one", "two"]}, "b": {"x": 2.0 * seed}}
+
+
+def _toy_run_changed(seed: int, quick: bool = False):
+    return {"a": {"x": seed + 0.6, "texts": ["one", "two"]}, "b": {"x": 2.0 * seed}}
 
 
 TOY = register_study(Study(name="toy", description="a test study", settings={"k": 1}, run=_toy_run))
@@ -62,6 +73,48 @@ def test_a_stale_quick_missing_or_broken_file_is_refused_with_the_command_to_run
         load_study("toy", root=tmp_path)
 
 
+def test_restamp_keeps_results_only_when_the_golden_run_reproduces(tmp_path, monkeypatch):
+    """A refactoring that spec_hash sees (a changed study module) but that computes the same
+    numbers keeps the stored results; one that changes a number names the study to re-run."""
+    gold = tmp_path / "golden"
+    run_study("toy", seeds=[0, 1], out=results_path("toy", tmp_path), log=lambda _: None)
+    write_golden("toy", root=gold)
+    study = get_study("toy")
+    assert check_golden("toy", root=gold) == []
+    # the study's code changed (stale hash) but it computes the same: restamp keeps the results
+    data = json.loads(results_path("toy", tmp_path).read_text())
+    data["spec_hash"] = "0" * 16
+    results_path("toy", tmp_path).write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="course study restamp toy"):
+        load_study("toy", root=tmp_path)
+    restamp("toy", root=tmp_path, golden_root=gold)
+    assert load_study("toy", root=tmp_path).values("a", "x") == [0.5, 1.5]
+    # the library now computes something else: the golden run differs, restamp refuses
+    monkeypatch.setattr(study_module, "get_study", lambda name: replace(study, run=_toy_run_changed))
+    diffs = check_golden("toy", root=gold)
+    assert diffs == ["toy.a.x: 0.5 stored, 0.6 now"]
+    data["spec_hash"] = "0" * 16
+    results_path("toy", tmp_path).write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="golden run changed .*re-run it"):
+        restamp("toy", root=tmp_path, golden_root=gold)
+    # rounding-level differences and timings are not changes
+    stored = json.loads((gold / "toy.json").read_text())["results"]
+    assert (
+        check_golden("toy", root=gold, results={**stored, "a": {**stored["a"], "x": 0.5 * (1 + 1e-6)}}) == []
+    )
+    assert check_golden("toy", root=gold, results={**stored, "b": {**stored["b"], "seconds": 9.0}}) == []
+    with pytest.raises(FileNotFoundError, match="course study golden toy"):
+        check_golden("toy", root=tmp_path / "none")
+
+
+def test_every_study_has_a_golden_run_stored_with_the_package():
+    for name in study_names():
+        if name in ("toy", "bad"):
+            continue
+        data = json.loads(golden_path(name).read_text())
+        assert data["study"] == name and data["results"], name
+
+
 def test_results_must_be_finite_numbers_strings_or_lists(tmp_path):
     def bad(seed, quick):
         return {"a": {"x": float("nan")}}
@@ -84,7 +137,10 @@ def test_unknown_study_and_the_command_line(tmp_path, capsys):
 
 def test_chapter_3_study_runs_in_quick_mode(tmp_path):
     """The whole study at toy size: every arm and metric the chapter reads is produced."""
-    out = run_study("03_bert", seeds=[0], quick=True, out=tmp_path / "q.json", log=lambda _: None)
+    with one_thread():  # the golden run's setting
+        out = run_study("03_bert", seeds=[0], quick=True, out=tmp_path / "q.json", log=lambda _: None)
+    # the library still computes what it computed when the stored results were made
+    assert check_golden("03_bert", results=json.loads(out.read_text())["seeds"]["0"]["results"]) == []
     quick = StudyResults(json.loads(out.read_text()))
     stored = load_study("03_bert")
     for arm in stored.arms():
