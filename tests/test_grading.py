@@ -464,17 +464,58 @@ def test_report_escapes_student_text():
     assert "\x1b" not in md and "# Feedback: `` x`<b>.ipynb ``" in md
 
 
-def test_sandbox_falls_back_with_a_warning_without_bwrap(monkeypatch):
+def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
+    """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
-    mode, warning = choose_mode("auto")
-    assert mode == "none" and "bwrap is not installed" in warning and "can read any file" in warning
+    with pytest.raises(RuntimeError) as info:
+        choose_mode("auto")
+    msg = str(info.value)
+    assert "bwrap is not installed" in msg and "make system-deps" in msg and "--sandbox none" in msg and "\n" not in msg
     with pytest.raises(RuntimeError, match="bubblewrap does not work"):
         choose_mode("bwrap")
+    mode, warning = choose_mode("none")
+    assert mode == "none" and "can read any file" in warning
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+
+
+def _stat_opening(folder, real_stat):
+    """os.stat that reports ``folder`` as mode 755 (other users may enter it)."""
+
+    def fake(path, *a, **k):
+        st = real_stat(path, *a, **k)
+        if str(path) == str(folder):
+            return os.stat_result((st.st_mode | 0o755, *tuple(st)[1:]))
+        return st
+
+    return fake
+
+
+def test_unreadable_for_others_names_a_mode_700_folder(tmp_path, monkeypatch):
+    """The preflight's diagnosis: an interpreter under a folder others cannot enter (pyenv under
+    /root, mode 700) is named with its mode."""
+    import course_lib.grading.sandbox as sandbox
+
+    home = tmp_path / "home"
+    (home / "py" / "bin").mkdir(parents=True)
+    (home / "py" / "bin" / "python").write_text("")
+    home.chmod(0o700)
+    monkeypatch.setattr(sandbox.sys, "executable", str(home / "py" / "bin" / "python"))
+    try:
+        blocked = sandbox.unreadable_for_others([])  # pytest's own temporary folders are mode 700 too
+        assert blocked.endswith(" (mode 700)") and str(home).startswith(blocked.removesuffix(" (mode 700)")), blocked
+        home.chmod(0o755)
+        assert f"{home} " not in (sandbox.unreadable_for_others([]) or "")
+        home.chmod(0o700)
+        for parent in home.parents:  # the folders above it opened: now it is the one named
+            if parent.stat().st_mode & 0o001 == 0:
+                monkeypatch.setattr(sandbox.os, "stat", _stat_opening(parent, sandbox.os.stat))
+        assert sandbox.unreadable_for_others([]) == f"{home} (mode 700)"
+    finally:
+        home.chmod(0o755)
 
 
 # --- a student's self-check with nbval -----------------------------------------------------------

@@ -323,14 +323,21 @@ def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypa
     assert course_main(["grade", sub, "--out", str(tmp_path / "o2"), "--sandbox", "bwrap"]) == 1
     assert "bubblewrap does not work here" in capsys.readouterr().err
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
+    assert course_main(["grade", sub, "--out", str(tmp_path / "o2")]) == 1  # the default refuses too
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "make system-deps" in err[0] and "--sandbox none" in err[0], err
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
     assert course_main(["grade", str(tmp_path / "missing.ipynb"), "--out", str(tmp_path / "o3")]) == 0
     assert read_rows(tmp_path / "o3")[0]["status"] == "error: file not found"
     with pytest.raises(SystemExit):  # argparse: --out is required
         course_main(["grade", sub])
 
 
-def test_a_sandbox_that_cannot_start_gives_error_rows_not_zeros(tmp_path, monkeypatch, capsys):
-    """A broken sandbox is the grader's failure: the submission gets an error row, not 0 points."""
+def test_a_sandbox_that_cannot_start_grades_nothing(tmp_path, monkeypatch, capsys):
+    """A broken sandbox is the grader's failure: the preflight (a known-good answer run in it)
+    fails, the batch grades nothing and says why in one line; no student gets 0 for it."""
     import course_lib.grading.sandbox as sandbox
 
     fake = tmp_path / "bin" / "bwrap"
@@ -340,12 +347,14 @@ def test_a_sandbox_that_cannot_start_gives_error_rows_not_zeros(tmp_path, monkey
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
     sub = Case("solution").write(tmp_path)
-    proc, _ = course_grade_here(capsys, [sub], tmp_path / "out", "--sandbox", "bwrap")
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
-    assert proc.returncode == 0, proc.stderr
-    row = read_rows(tmp_path / "out")[0]
-    assert row["status"].startswith("error: grader failure: GraderFailure: the sandbox did not start"), row
-    assert "bwrap: broken" in row["status"]
+    for mode in ("bwrap", "auto"):
+        proc, _ = course_grade_here(capsys, [sub], tmp_path / "out", "--sandbox", mode)
+        monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("course grade: nothing was graded: the sandbox (bwrap) cannot run a known-good answer")
+        assert "bwrap: broken" in lines[0]
+        assert not (tmp_path / "out" / "grades.csv").exists() and not (tmp_path / "out" / "solution").exists()
 
 
 @needs_bwrap

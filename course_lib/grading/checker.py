@@ -24,6 +24,7 @@ import builtins
 import hashlib
 import inspect
 import json
+import math
 import os
 import random
 import re
@@ -39,7 +40,7 @@ from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_su
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 from .sandbox_worker import decode
 
-__all__ = ["CheckFailure", "GraderFailure", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
+__all__ = ["CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
 MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
 MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
@@ -504,6 +505,55 @@ def grade_answers(
     }
 
 
+PREFLIGHT_ANSWER = (
+    "import math\nimport torch\nimport torch.nn.functional as F\n\n\n"
+    "def course_preflight(x):\n    return F.softmax(torch.as_tensor(x, dtype=torch.float64), dim=-1) * math.e\n"
+)
+
+
+def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) -> str | None:
+    """Run a known-good answer through a fresh sandbox exactly as a submission's would run
+    (the worker, Python, torch, the unprivileged user, an exec and a call): None when it
+    works, else why not -- then the batch grades nothing instead of giving every student 0."""
+    import torch
+
+    from .sandbox import _is_root, unreadable_for_others
+
+    box = Sandbox(mode, limits, ())
+    deadline = time.monotonic() + timeout
+    problem = None
+    try:
+        box.start(deadline)
+        out = box.request({"op": "exec", "key": "preflight", "source": PREFLIGHT_ANSWER}, deadline)
+        if not out.ok:
+            problem = f"a known-good answer cell failed in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
+        else:
+            arg = [1.0, 2.0, 3.0]
+            out = box.request({"op": "call", "name": "course_preflight", "args": [encode_for_sandbox(arg)], "kwargs": []}, deadline)
+            expected = torch.softmax(torch.tensor(arg, dtype=torch.float64), dim=-1) * math.e
+            if not out.ok:
+                problem = f"a known-good function raised in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
+            else:
+                value = to_python(out.value)
+                if not (isinstance(value, torch.Tensor) and value.shape == expected.shape and torch.allclose(value, expected)):
+                    problem = "a known-good function returned a wrong value from it"
+    except (SandboxLost, ProtocolError, ValueError, TypeError) as exc:
+        problem = str(getattr(exc, "reason", exc))
+    finally:
+        box.kill()
+    if problem is None:
+        return None
+    hint = ""
+    blocked = unreadable_for_others() if _is_root() else None
+    if blocked:
+        hint = (
+            f"; the likely cause: student code runs as a fresh unprivileged user, which cannot enter {blocked} on the way "
+            f"to this Python ({sys.executable}): install Python and the course where other users can read them "
+            "(not under a mode-700 home folder), or `chmod o+x` that folder, or run the grader as an ordinary user"
+        )
+    return f"the sandbox ({mode}) cannot run a known-good answer: {problem}{hint}"
+
+
 def _limit_own_memory(megabytes: int | None) -> None:
     """Bound this process's address space (soft limit; children may set their own): check
     code runs here on values a student's code chose, and must not be able to make the grader
@@ -543,6 +593,15 @@ def main() -> int:
             continue
         if req.get("op") == "exit":
             break
+        if req.get("op") == "preflight":
+            try:
+                problem = preflight(req["mode"], SandboxLimits(**req.get("limits", {})))
+                reply = {"ok": problem is None, "error": problem}
+            except Exception as exc:  # noqa: BLE001
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            proto_out.write(json.dumps(reply) + "\n")
+            proto_out.flush()
+            continue
         try:
             path = str(Path(req["solution"]).resolve())
             assignment = load_assignment(path)

@@ -36,6 +36,7 @@ __all__ = ["GradeError", "Submission", "read_submission", "solutions_dir", "grad
 
 MAX_NOTEBOOK_BYTES = 25 * 2**20
 CHECKER_SLACK = 90.0  # seconds a checker may take beyond the submission's time limit
+PREFLIGHT_TIMEOUT = 180.0  # the known-good answer's run before a batch (torch's import included)
 
 
 class GradeError(RuntimeError):
@@ -390,6 +391,17 @@ def grade_files(
     n_checkers = max(1, min(jobs, len(todo)))
     created: list[_Checker] = []
     lock = threading.Lock()
+    if todo:  # prove the sandbox runs a known-good answer before anyone's code is graded
+        first = _Checker()
+        try:
+            reply = first.grade({"op": "preflight", "mode": mode, "limits": vars(limits)}, PREFLIGHT_TIMEOUT)
+        except (RuntimeError, ValueError) as exc:
+            reply = {"ok": False, "error": str(exc)}
+        if not reply.get("ok"):
+            first.close()
+            raise GradeError(f"nothing was graded: {clean_text(reply.get('error') or 'the preflight failed')}")
+        created.append(first)
+        checkers.put(first)
 
     def take_checker() -> _Checker:
         with lock:

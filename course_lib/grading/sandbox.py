@@ -54,6 +54,8 @@ __all__ = [
     "bwrap_status",
     "choose_mode",
     "FALLBACK_WARNING",
+    "NO_SANDBOX",
+    "unreadable_for_others",
 ]
 
 WORKER = Path(__file__).with_name("sandbox_worker.py")
@@ -64,6 +66,11 @@ PRELOAD = [
     "time", "warnings", "traceback", "statistics", "fractions", "decimal", "textwrap", "enum",
     "contextlib", "inspect", "subprocess", "threading", "signal", "heapq", "bisect", "struct",
 ]  # fmt: skip
+NO_SANDBOX = (
+    "no working sandbox here ({reason}), so student code would run as you, with your files and network: "
+    "nothing was graded. Install bubblewrap (`make system-deps`, or `apt-get install bubblewrap`), or pass "
+    "`--sandbox none` (or COURSE_GRADER_SANDBOX=none) to accept that risk explicitly"
+)
 FALLBACK_WARNING = (
     "bubblewrap (bwrap) is not usable here{reason}: student code runs in a separate process with "
     "resource limits only. It can read any file the grading user can read and can use the network. "
@@ -147,7 +154,8 @@ def bwrap_status() -> tuple[bool, str]:
 def choose_mode(requested: str | None = None) -> tuple[str, str | None]:
     """``requested``: "auto" (default; also ``$COURSE_GRADER_SANDBOX``), "bwrap" or "none".
 
-    Returns ``(mode, warning or None)``; raises RuntimeError when bwrap is required but unusable.
+    Returns ``(mode, warning or None)``. Safe by default: raises RuntimeError (naming the fix)
+    when bubblewrap is unusable, unless "none" was asked for explicitly.
     """
     requested = (requested or os.environ.get("COURSE_GRADER_SANDBOX") or "auto").lower()
     if requested not in ("auto", "bwrap", "none"):
@@ -159,7 +167,36 @@ def choose_mode(requested: str | None = None) -> tuple[str, str | None]:
         return "bwrap", None
     if requested == "bwrap":
         raise RuntimeError(f"--sandbox bwrap was requested but bubblewrap does not work here: {reason}")
-    return "none", FALLBACK_WARNING.format(reason=f" ({reason})")
+    raise RuntimeError(NO_SANDBOX.format(reason=reason))
+
+
+def unreadable_for_others(paths: list[str] | None = None) -> str | None:
+    """The first folder on the way to the interpreter or its import path that a user other
+    than its owner cannot enter (e.g. ``/root`` with mode 700, where pyenv installs Python
+    for root), as ``"path (mode 700)"``; None when every folder can be entered. The student
+    process runs under a fresh unprivileged uid when the grader runs as root, and then cannot
+    read such an interpreter."""
+    wanted = [os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)]
+    wanted += paths if paths is not None else _python_paths()
+    seen: set[str] = set()
+    for target in wanted:
+        parts = Path(target).parts
+        for i in range(1, len(parts) + 1):
+            d = str(Path(*parts[:i]))
+            if d in seen:
+                continue
+            seen.add(d)
+            try:
+                st = os.stat(d)
+            except OSError:
+                break
+            if not os.path.isdir(d):
+                if not st.st_mode & 0o004:
+                    return f"{d} (mode {st.st_mode & 0o777:o})"
+                break
+            if not st.st_mode & 0o001:
+                return f"{d} (mode {st.st_mode & 0o777:o})"
+    return None
 
 
 def _python_paths() -> list[str]:
