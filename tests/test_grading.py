@@ -464,6 +464,58 @@ def test_report_escapes_student_text():
     assert "\x1b" not in md and "# Feedback: `` x`<b>.ipynb ``" in md
 
 
+EVIL = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+
+
+def _html_of(markdown: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").render(markdown)
+
+
+def test_student_strings_are_escaped_in_report_md_and_grades_csv(tmp_path, monkeypatch):
+    """An unknown assignment name from the notebook's metadata (HTML), a file name that is a
+    formula: report.md renders them as text (markdown -> HTML has no tag of theirs), and
+    grades.csv shows them as text, never as a formula."""
+    import csv
+
+    from course_lib.grading.grade import grade_files
+
+    nb = _solution_nb()
+    nb["metadata"]["course"]["assignment"] = EVIL
+    sub = tmp_path / "=HYPERLINK(x).ipynb"
+    sub.write_text(json.dumps(nb))
+    nb["metadata"]["course"]["assignment"] = "@SUM(A1)"
+    sub2 = tmp_path / "-2+3.ipynb"
+    sub2.write_text(json.dumps(nb))
+    monkeypatch.chdir(tmp_path)
+    rows = grade_files([sub.name, sub2.name], tmp_path / "out", sandbox="none", log=lambda m: None)
+    assert all(r["status"].startswith("error: unknown assignment") for r in rows)
+    html = _html_of((tmp_path / "out" / "_HYPERLINK_x_" / "report.md").read_text())
+    assert "<img" not in html and "<script" not in html and "&lt;img" in html, html
+    with open(tmp_path / "out" / "grades.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert [r["submission"][:1] for r in got] == ["'", "'"]
+    assert got[0]["assignment"] == EVIL and got[1]["assignment"] == "'@SUM(A1)"
+
+
+def test_report_md_renders_no_student_markup_anywhere():
+    """Every string of a graded report (messages, outputs, answer notes, warnings, ids) comes
+    out of markdown -> HTML as text."""
+    report = {
+        "submission": EVIL + ".ipynb",
+        "assignment": EVIL,
+        "points": 0,
+        "max_points": 1,
+        "status": "graded",
+        "warnings": [EVIL],
+        "answers": [{"exercise": EVIL, "cell": EVIL, "status": EVIL, "output": EVIL, "note": EVIL}],
+        "checks": [{"exercise": EVIL, "id": EVIL, "hidden": False, "passed": False, "points": 0, "max_points": 1, "message": EVIL, "output": EVIL}],
+    }
+    html = _html_of(render_markdown(report))
+    assert "<img" not in html and "<script" not in html and html.count("&lt;img") >= 8, html
+
+
 def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox

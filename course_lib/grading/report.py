@@ -60,7 +60,7 @@ def csv_cell(text) -> str:
     control characters (a carriage return would end the row for many readers) and line
     breaks are shown as escapes, so every row is one line."""
     text = clean_text(text)
-    if text.startswith(_FORMULA_START):
+    if text.lstrip(" ").startswith(_FORMULA_START) or text.startswith(("\uff1d", "\uff0b", "\uff0d", "\uff20")):
         text = "'" + text
     return sanitize(text).replace("\n", "\\n")
 
@@ -95,6 +95,15 @@ def _inline(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>&~=\"'])")
+
+
+def _plain(text: str) -> str:
+    """Text shown as text in markdown outside code: every ASCII punctuation character that
+    markdown or HTML could read as syntax is backslash-escaped (CommonMark), on one line."""
+    return _MD_PUNCT.sub(r"\\\1", sanitize(text).replace("\n", " "))
+
+
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
@@ -121,7 +130,7 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
         lines += ["The grader could not grade this file:", "", code_block(report["status"]), ""]
         return "\n".join(lines) + "\n"
     for w in report.get("warnings", []):
-        lines += [f"> Note: {sanitize(w)}", ""]
+        lines += [f"> Note: {_plain(w)}", ""]
     answers = {a["exercise"]: [] for a in report.get("answers", [])}
     for a in report.get("answers", []):
         answers[a["exercise"]].append(a)
@@ -131,16 +140,19 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
     for ex, checks in by_exercise.items():
         got = sum(c["points"] for c in checks)
         total = sum(c["max_points"] for c in checks)
-        lines += [f"## {titles.get(ex, ex)} ({format_points(got)} / {format_points(total)})", ""]
+        title = _plain(titles[ex]) if ex in titles else _inline(ex)
+        lines += [f"## {title} ({format_points(got)} / {format_points(total)})", ""]
         for a in answers.get(ex, []):
+            if a.get("note"):  # e.g. which of several cells marked as this answer was graded
+                lines += [f"Answer cell {_inline(a['cell'])}:", "", code_block(a["note"]), ""]
             if a["status"] != "ok":
-                lines += [f"Answer cell `{a['cell']}`:", "", code_block(a["status"]), ""]
+                lines += [f"Answer cell {_inline(a['cell'])}:", "", code_block(a["status"]), ""]
             if a.get("output"):
-                lines += [f"Output of answer cell `{a['cell']}`:", "", code_block(a["output"]), ""]
+                lines += [f"Output of answer cell {_inline(a['cell'])}:", "", code_block(a["output"]), ""]
         for c in checks:
             kind = "hidden check" if c["hidden"] else "check"
             mark = "passed" if c["passed"] else "FAILED"
-            lines.append(f"- **{mark}**: {kind} `{c['id']}` ({format_points(c['points'])} / {format_points(c['max_points'])})")
+            lines.append(f"- **{mark}**: {kind} {_inline(c['id'])} ({format_points(c['points'])} / {format_points(c['max_points'])})")
             if not c["passed"]:
                 lines += ["", code_block(c["message"])]
             if c.get("output"):
