@@ -516,6 +516,57 @@ def test_report_md_renders_no_student_markup_anywhere():
     assert "<img" not in html and "<script" not in html and html.count("&lt;img") >= 8, html
 
 
+def test_grades_csv_has_one_column_per_exercise_and_a_class_summary(tmp_path):
+    import csv
+
+    from course_lib.grading.report import exercise_summary, write_grades_csv
+
+    ex = {"a": 2, "b": 3}
+    rows = [
+        {"submission": "s1", "assignment": "X", "points": 5, "max_points": 5, "status": "graded", "exercises": {"a": 2, "b": 3}, "exercise_max": ex},
+        {"submission": "s2", "assignment": "X", "points": 1.5, "max_points": 5, "status": "graded", "exercises": {"a": 1.5, "b": 0}, "exercise_max": ex},
+        {"submission": "s3", "assignment": "X", "points": 0, "max_points": 5, "status": "error: file not found"},
+    ]
+    write_grades_csv(tmp_path / "g.csv", rows)
+    with open(tmp_path / "g.csv", newline="") as fh:
+        back = list(csv.reader(fh))
+    assert back[0] == ["submission", "assignment", "points", "max_points", "status", "a", "b"]
+    assert back[1][5:] == ["2", "3"] and back[2][5:] == ["1.5", "0"] and back[3][5:] == ["", ""]
+    assert exercise_summary(rows) == ["X a: mean 1.75 / 2, full 1 of 2, zero 0 of 2", "X b: mean 1.50 / 3, full 1 of 2, zero 1 of 2"]
+    rows.append({"submission": "s4", "assignment": "Y", "points": 1, "max_points": 1, "status": "graded", "exercises": {"a": 1}, "exercise_max": {"a": 1}})
+    write_grades_csv(tmp_path / "g.csv", rows)  # two assignments: columns named assignment:exercise
+    with open(tmp_path / "g.csv", newline="") as fh:
+        back = list(csv.reader(fh))
+    assert back[0][5:] == ["X:a", "X:b", "Y:a"] and back[4][5:] == ["", "", "1"] and back[1][5:] == ["2", "3", ""]
+
+
+def test_gradescope_results_have_the_documented_fields():
+    """Gradescope's autograder results.json: top-level ``score`` and ``tests``, each test with
+    ``name``, ``score``, ``max_score``, ``output`` (text, never rendered as HTML)."""
+    from course_lib.grading.report import gradescope_results
+
+    report = {
+        "submission": "s.ipynb", "assignment": "02_transformer", "points": 1, "max_points": 3, "status": "graded",
+        "warnings": [], "answers": [{"exercise": "e", "cell": "c", "status": "raised ValueError: x", "output": ""}],
+        "checks": [
+            {"exercise": "e", "id": "e-small", "hidden": False, "passed": True, "points": 1, "max_points": 1, "message": "passed", "output": "hi\x1b[2J"},
+            {"exercise": "e", "id": "e-big", "hidden": True, "passed": False, "points": 0, "max_points": 2, "message": EVIL, "output": ""},
+        ],
+    }  # fmt: skip
+    res = gradescope_results(report, {"e": "The exercise"})
+    json.dumps(res)
+    assert res["score"] == 1.0 and isinstance(res["tests"], list) and len(res["tests"]) == 2
+    for t in res["tests"]:
+        assert {"name", "score", "max_score", "output"} <= set(t) and t["output_format"] == "text"
+        assert isinstance(t["score"], float) and isinstance(t["max_score"], float) and isinstance(t["name"], str)
+    assert res["tests"][0]["name"] == "The exercise: check e-small" and res["tests"][0]["score"] == 1.0
+    assert "\x1b" not in res["tests"][0]["output"] and "hi" in res["tests"][0]["output"]
+    assert res["tests"][1]["max_score"] == 2.0 and res["tests"][1]["score"] == 0.0 and EVIL in res["tests"][1]["output"]
+    assert "raised ValueError" in res["output"]
+    err = gradescope_results({**report, "status": "error: file too large", "checks": [], "answers": [], "points": 0})
+    assert err["score"] == 0.0 and err["tests"] == [] and "file too large" in err["output"]
+
+
 def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox

@@ -20,7 +20,7 @@ import pytest
 
 from course_lib.grading.sandbox import OUTPUT_KEEP, Sandbox, bwrap_status
 
-from grading_fixtures.cases import ALL_CHECKS, CHECKS, FILE_CASES, MARKER, SOLUTION, Case, graded_cases
+from grading_fixtures.cases import ALL_CHECKS, CHECKS, FILE_CASES, MARKER, SOLUTION, Case, graded_cases, solution_answers
 
 HAVE_BWRAP, BWRAP_REASON = bwrap_status()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")
@@ -267,6 +267,26 @@ def test_every_solution_gets_full_marks_and_its_stub_zero(solution, tmp_path, ca
     rows = read_rows(tmp_path / "out")
     assert rows[0]["points"] == rows[0]["max_points"] != "0", report(tmp_path / "out", "solution")["checks"]
     assert rows[1]["points"] == "0" and rows[1]["status"] == "graded"
+
+
+def test_gradebook_columns_summary_and_gradescope_files(tmp_path, capsys):
+    """A real batch (no sandbox, to be quick): grades.csv's exercise columns, the class
+    summary at the end, and --format gradescope's results.json per submission."""
+    partial = Case("partial", base="stub", answers={k: v for k, v in solution_answers().items() if k == "causal-mask-answer"})
+    subs = [Case("solution").write(tmp_path), partial.write(tmp_path)]
+    proc, _ = course_grade_here(capsys, subs, tmp_path / "out", "--sandbox", "none", "--format", "gradescope", "--check-timeout", CHECK_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_rows(tmp_path / "out")
+    assert list(rows[0])[5:] == list(CHECKS)  # one column per exercise, after the totals
+    assert [rows[0][e] for e in CHECKS] == [str(len(c)) for c in CHECKS.values()]
+    assert [rows[1][e] for e in CHECKS] == ["2", "0", "0", "0"]
+    assert "causal-mask: mean 2.00 / 2, full 2 of 2, zero 0 of 2" in proc.stderr
+    assert "attention: mean 2.50 / 5, full 1 of 2, zero 1 of 2" in proc.stderr
+    for name, score in (("solution", 12.0), ("partial", 2.0)):
+        res = json.loads((tmp_path / "out" / name / "results.json").read_text())
+        assert res["score"] == score and len(res["tests"]) == len(ALL_CHECKS)
+        assert sum(t["score"] for t in res["tests"]) == score and sum(t["max_score"] for t in res["tests"]) == 12.0
+        assert all(set(t) >= {"name", "score", "max_score", "output"} for t in res["tests"])
 
 
 def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):

@@ -29,7 +29,7 @@ from pathlib import Path
 from queue import Queue
 
 from .format import META, Assignment, FormatError, load_assignment
-from .report import clean_text, format_points, write_grades_csv, write_report
+from .report import clean_text, exercise_summary, format_points, gradescope_results, write_atomic, write_grades_csv, write_report
 from .sandbox import SandboxLimits, choose_mode
 
 __all__ = ["GradeError", "Submission", "read_submission", "solutions_dir", "grade_files", "MAX_NOTEBOOK_BYTES"]
@@ -292,8 +292,14 @@ def grade_files(
     sandbox: str | None = None,
     limits: SandboxLimits | None = None,
     log=None,
+    format: str = "course",
 ) -> list[dict]:
-    """Grade ``paths`` into ``out_dir``; returns the rows of grades.csv. Raises :class:`GradeError`."""
+    """Grade ``paths`` into ``out_dir``; returns the rows of grades.csv (each graded row with
+    ``exercises``: exercise id -> points, and ``exercise_max``). Raises :class:`GradeError`.
+    ``format="gradescope"`` also writes each submission's ``results.json`` (Gradescope's
+    autograder format) next to its report."""
+    if format not in ("course", "gradescope"):
+        raise GradeError(f"unknown format {format!r}: use course or gradescope")
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     sol_dir = solutions_dir(solutions)
     cache: dict[str, Assignment | None] = {}
@@ -437,7 +443,11 @@ def grade_files(
             break
         if reply is not None and reply.get("ok"):
             result = reply["result"]
-            row = {**base, "points": result["points"], "max_points": result["max_points"]}
+            per_ex: dict[str, float] = {e.id: 0 for e in asg.exercises}
+            per_max: dict[str, float] = {e.id: e.points for e in asg.exercises}
+            for c in result["checks"]:
+                per_ex[c["exercise"]] = per_ex.get(c["exercise"], 0) + c["points"]
+            row = {**base, "points": result["points"], "max_points": result["max_points"], "exercises": per_ex, "exercise_max": per_max}
             report = {**row, **result, "sandbox": mode, "limits": limits_note}
             report["warnings"] = ([warning] if warning else []) + result["warnings"]
             report.pop("sandbox_starts", None)
@@ -480,6 +490,9 @@ def grade_files(
             asg = cache.get(row["assignment"]) if row["assignment"] else None
             titles = {e.id: e.title for e in asg.exercises} if asg else {}
             write_report(out / folders[i], report, titles)
+            if format == "gradescope":
+                results = gradescope_results(report, titles)
+                write_atomic(out / folders[i] / "results.json", json.dumps(results, indent=1, ensure_ascii=False) + "\n")
         except Exception as exc:  # noqa: BLE001 - the row still goes into grades.csv
             not_written.append(folders[i])
             log(clean_text(f"{path}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"))
@@ -490,4 +503,7 @@ def grade_files(
         raise GradeError(f"grades.csv was NOT written ({type(exc).__name__}: {exc}); the reports are in {out}") from None
     if not_written:
         log(f"warning: {len(not_written)} report(s) could not be written: {', '.join(not_written[:10])}")
+    summary = exercise_summary(rows)
+    if summary:
+        log("per exercise (graded submissions):\n  " + "\n  ".join(summary))
     return rows

@@ -27,6 +27,9 @@ __all__ = [
     "write_atomic",
     "write_report",
     "write_grades_csv",
+    "exercise_columns",
+    "exercise_summary",
+    "gradescope_results",
     "CSV_HEADER",
 ]
 
@@ -167,11 +170,29 @@ def write_report(folder: Path, report: dict, titles: dict[str, str] | None = Non
     write_atomic(folder / "report.md", render_markdown(report, titles))
 
 
+def exercise_columns(rows: list[dict]) -> list[tuple[str | None, str]]:
+    """The gradebook's exercise columns, as ``(assignment, exercise id)`` in the order met:
+    one per exercise of every assignment graded in the batch."""
+    cols: list[tuple[str | None, str]] = []
+    for r in rows:
+        for ex in r.get("exercises") or {}:
+            if (r["assignment"], ex) not in cols:
+                cols.append((r["assignment"], ex))
+    return cols
+
+
 def write_grades_csv(path: Path, rows: list[dict]) -> None:
+    """One row per submission: the totals and status, then one column per exercise (its
+    points; empty for a row that was not graded or is for another assignment). A batch of
+    one assignment names the columns by exercise id, a mixed batch ``assignment:exercise``."""
+    cols = exercise_columns(rows)
+    mixed = len({a for a, _ in cols}) > 1
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
+    writer.writerow(CSV_HEADER + [csv_cell(f"{a}:{e}" if mixed else e) for a, e in cols])
     for r in rows:
+        points = r.get("exercises") or {}
+        extra = [format_points(points[e]) if r["assignment"] == a and e in points else "" for a, e in cols]
         writer.writerow(
             [
                 csv_cell(r["submission"]),
@@ -179,6 +200,63 @@ def write_grades_csv(path: Path, rows: list[dict]) -> None:
                 format_points(r["points"]),
                 format_points(r["max_points"]),
                 csv_cell(r["status"]),
+                *extra,
             ]
         )
     write_atomic(path, buf.getvalue())
+
+
+def exercise_summary(rows: list[dict]) -> list[str]:
+    """The class's view, one line per exercise over the graded submissions: mean points, how
+    many got full points and how many got zero."""
+    lines = []
+    for a, e in exercise_columns(rows):
+        got = [r["exercises"][e] for r in rows if r["assignment"] == a and r["status"] == "graded" and e in (r.get("exercises") or {})]
+        if not got:
+            continue
+        top = next(r["exercise_max"][e] for r in rows if r["assignment"] == a and e in (r.get("exercise_max") or {}))
+        mean = sum(got) / len(got)
+        full = sum(abs(g - top) < 1e-9 for g in got)
+        zero = sum(g == 0 for g in got)
+        lines.append(
+            f"{sanitize(a or '')} {sanitize(e)}: mean {mean:.2f} / {format_points(top)}, full {full} of {len(got)}, zero {zero} of {len(got)}"
+        )
+    return lines
+
+
+def gradescope_results(report: dict, titles: dict[str, str] | None = None) -> dict:
+    """A submission's ``results.json`` in Gradescope's autograder format: ``score``, and one
+    test per check with ``name``, ``score``, ``max_score``, ``output`` (plain text)."""
+    report = clean_data(report)
+    titles = titles or {}
+    tests = []
+    for c in report.get("checks", []):
+        kind = "hidden check" if c["hidden"] else "check"
+        out = "passed" if c["passed"] else sanitize(c["message"])
+        if c.get("output"):
+            out += "\n\nWhat your code printed:\n" + sanitize(c["output"])
+        tests.append(
+            {
+                "name": f"{titles.get(c['exercise'], c['exercise'])}: {kind} {c['id']}",
+                "score": float(c["points"]),
+                "max_score": float(c["max_points"]),
+                "status": "passed" if c["passed"] else "failed",
+                "output": out,
+                "output_format": "text",
+                "visibility": "visible",
+            }
+        )
+    notes = [sanitize(w) for w in report.get("warnings", [])]
+    for a in report.get("answers", []):
+        for text in (a.get("note"), None if a.get("status") in ("ok", None) else f"answer cell {a['cell']}: {a['status']}"):
+            if text:
+                notes.append(sanitize(text))
+    if report["status"] != "graded":
+        notes.insert(0, "The grader could not grade this file: " + sanitize(report["status"]))
+    return {
+        "score": float(report["points"]),
+        "output": "\n".join(notes),
+        "output_format": "text",
+        "visibility": "visible",
+        "tests": tests,
+    }
