@@ -289,6 +289,62 @@ def test_gradebook_columns_summary_and_gradescope_files(tmp_path, capsys):
         assert all(set(t) >= {"name", "score", "max_score", "output"} for t in res["tests"])
 
 
+def _insert_after(answer_key: str, cell: dict):
+    def edit(nb):
+        i = next(i for i, c in enumerate(nb["cells"]) if c.get("id") == answer_key)
+        nb["cells"].insert(i + 1, cell)
+
+    return edit
+
+
+def _code_cell(cid: str, source: str, metadata: dict | None = None) -> dict:
+    return {"cell_type": "code", "id": cid, "metadata": metadata or {}, "source": source, "outputs": [], "execution_count": None}
+
+
+ANSWER_STYLE_CASES = {
+    # Jupyter's copy keeps the answer marker: the stub above stays, the copy below holds the answer
+    "copied_cell": dict(
+        base="stub",
+        answers={k: v for k, v in solution_answers().items() if k != "causal-mask-answer"},
+        edit=_insert_after("causal-mask-answer", _code_cell("copy-1", solution_answers()["causal-mask-answer"], {"course": {"answer": "causal-mask-answer", "exercise": "causal-mask"}})),
+    ),
+    # the stub left as it is, the answer written in a new cell below it; a helper in a cell of its own
+    "new_cell_below": dict(
+        base="stub",
+        answers={k: v for k, v in solution_answers().items() if k != "heads-answer"},
+        edit=_insert_after("heads-answer", _code_cell("mine", "def _last_dim():\n    return -1\n\n" + solution_answers()["heads-answer"])),
+    ),
+    # the helper the exercise texts recommend, imported at the top of the answer cell
+    "raises_import": dict(answers={"causal-mask-answer": "from course_lib.grading.checks import raises\n\n" + solution_answers()["causal-mask-answer"] + "\nwith raises(ValueError):\n    causal_mask(3, 2)\n"}),
+    # a correct function, then a demo slower than the answer-cell limit: interrupted, the function kept
+    "slow_demo": dict(answers={"heads-answer": solution_answers()["heads-answer"] + "\nimport time\nprint('demo starts')\ntime.sleep(120)\n"}),
+}
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_answers_written_as_students_write_them_get_full_marks(mode, tmp_path, capsys):
+    """Copied answer cells (the last one is graded, and the report says so), the answer in a
+    new cell below the stub, a helper cell, `raises` imported in an answer, a slow demo after
+    a correct function (interrupted at the answer-cell limit, the function kept)."""
+    if mode == "bwrap" and not HAVE_BWRAP:
+        pytest.skip(f"bubblewrap unusable here: {BWRAP_REASON}")
+    subs = [Case(name, **kw).write(tmp_path) for name, kw in ANSWER_STYLE_CASES.items()]
+    proc, elapsed = course_grade_here(capsys, subs, tmp_path / "out", "--sandbox", mode, "--check-timeout", CHECK_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ANSWER_STYLE_CASES:
+        rep = report(tmp_path / "out", name)
+        assert rep["points"] == rep["max_points"] == 12, (name, [c["message"] for c in rep["checks"] if not c["passed"]], rep["answers"])
+    answers = {a["cell"]: a for a in report(tmp_path / "out", "copied_cell")["answers"]}
+    assert "2 cells are marked as answer causal-mask-answer" in answers["causal-mask-answer"]["note"]
+    assert "cell id 'copy-1'" in answers["causal-mask-answer"]["note"]
+    md = (tmp_path / "out" / "copied_cell" / "report.md").read_text()
+    assert "the last one in the notebook" in md
+    answers = {a["cell"]: a for a in report(tmp_path / "out", "new_cell_below")["answers"]}
+    assert answers["added cell mine"]["helper"] and answers["added cell mine"]["status"] == "ok"
+    slow = {a["cell"]: a for a in report(tmp_path / "out", "slow_demo")["answers"]}["heads-answer"]
+    assert slow["status"].startswith(f"interrupted after the answer-cell limit of {float(CHECK_TIMEOUT):g} s") and "demo starts" in slow["output"]
+
+
 def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     """Without --assignment the assignment comes from each notebook's metadata."""
     subs = tmp_path / "subs"
@@ -402,7 +458,7 @@ def probe():
     except OSError as exc:
         out["network"] = type(exc).__name__
     try:
-        import course_lib
+        import course_lib.nn
         out["course_lib"] = "imported"
     except ImportError as exc:
         out["course_lib"] = str(exc)

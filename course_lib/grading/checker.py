@@ -40,12 +40,17 @@ from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_su
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 from .sandbox_worker import decode
 
-__all__ = ["CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
+__all__ = ["ANSWER_CELL_TIMEOUT", "CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
 MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
 MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
 START_TIMEOUT = 120.0
 MESSAGE_LIMIT = 2000
+# Seconds each answer cell (and each cell a student added inside an exercise) may run when the
+# grader runs it. At the limit the cell is interrupted (KeyboardInterrupt, as Jupyter's stop
+# button): what it defined before that point is kept, the rest of the cell is not run.
+ANSWER_CELL_TIMEOUT = 30.0
+INTERRUPT_GRACE = 3.0  # seconds an interrupted cell has to stop before its process is killed
 
 
 class CheckFailure(BaseException):
@@ -129,6 +134,8 @@ class _AnswerState:
     status: str = "not run"  # "ok" | "missing" | "raised ..." | "timed out" | "crashed ..."
     output: str = ""
     poisoned: bool = False  # crashed or hung the sandbox: skipped on restarts
+    helper: bool = False  # a cell the student added inside the exercise (run as in the notebook)
+    note: str = ""  # e.g. which of several cells marked as this answer was graded
 
 
 @dataclass
@@ -199,11 +206,16 @@ class _Run:
                 if not state.found or state.poisoned:
                     continue
                 try:
-                    out = box.request({"op": "exec", "key": state.key, "source": state.source}, self._answer_deadline())
+                    out = box.request(
+                        {"op": "exec", "key": state.key, "source": state.source},
+                        self._answer_deadline(),
+                        interrupt_grace=INTERRUPT_GRACE,
+                    )
                 except SandboxLost as exc:
                     state.poisoned = True
                     state.status = (
-                        f"timed out after {self.answer_timeout:g} s while running the cell (it is skipped)"
+                        f"ran past the answer-cell limit of {self.answer_timeout:g} s and did not stop when interrupted "
+                        "(the cell is skipped)"
                         if exc.kind == "timeout"
                         else f"stopped the student process while running: {exc.reason} (the cell is skipped)"
                     )
@@ -211,8 +223,14 @@ class _Run:
                     break  # the student process is gone: fork a new one without this cell
                 if state.status == "not run":
                     state.output = out.output
-                    state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
-                    if not out.ok and out.error.get("traceback"):
+                    if out.interrupted:
+                        state.status = (
+                            f"interrupted after the answer-cell limit of {self.answer_timeout:g} s: what the cell defined "
+                            "before that point is kept, the rest of it did not run (move slow demos out of answer cells)"
+                        )
+                    else:
+                        state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                    if not out.ok and not out.interrupted and out.error.get("traceback"):
                         state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
 
     def _answer_deadline(self) -> float:
@@ -472,18 +490,38 @@ def grade_answers(
     limits: SandboxLimits | None = None,
     timeout: float = 300.0,
     check_timeout: float | None = None,
+    cells: list[dict] | None = None,
+    notes: dict[str, str] | None = None,
 ) -> dict:
-    """Grade one submission's answer cells (``answers``: answer key -> source, None when missing)."""
+    """Grade one submission's answer cells (``answers``: answer key -> source, None when
+    missing). ``cells`` (optional): the answer cells and the cells the student added inside
+    an exercise, in notebook order (see :meth:`.grade.Submission.answer_plan`); they run in
+    that order, each as its own cell, as in the notebook."""
     start = time.monotonic()
-    states = {}
+    states: dict[str, _AnswerState] = {}
+    keys = {a.key: a.exercise for a in assignment.answers}
+    for item in cells or []:
+        key, src = item.get("key"), item.get("source")
+        if not isinstance(key, str) or not isinstance(src, str) or key in states:
+            continue
+        if item.get("helper"):
+            if key in keys:
+                continue
+            states[key] = _AnswerState(key, str(item.get("exercise")), True, _ipython_to_python(src), helper=True)
+        elif key in keys and answers.get(key) is not None:
+            states[key] = _AnswerState(key, keys[key], True, _ipython_to_python(answers[key]))
     for a in assignment.answers:
+        if a.key in states:
+            continue
         src = answers.get(a.key)
         found = src is not None
         states[a.key] = _AnswerState(
             a.key, a.exercise, found, _ipython_to_python(src) if found else None, "not run" if found else "missing"
         )
-    default_timeout = max((c.timeout for c in assignment.checks), default=10.0)
-    answer_timeout = default_timeout if check_timeout is None else min(default_timeout, check_timeout)
+    for key, note in (notes or {}).items():
+        if key in states and isinstance(note, str):
+            states[key].note = note[:500]
+    answer_timeout = ANSWER_CELL_TIMEOUT if check_timeout is None else min(ANSWER_CELL_TIMEOUT, check_timeout)
     run = _Run(assignment, reference, mode, limits or SandboxLimits(), states, start + timeout, answer_timeout)
     seeds = seeds_for(assignment, answers)
     results = []
@@ -497,7 +535,15 @@ def grade_answers(
         "max_points": assignment.max_points,
         "checks": results,
         "answers": [
-            {"cell": s.key, "exercise": s.exercise, "found": s.found, "status": s.status, "output": s.output}
+            {
+                "cell": s.key,
+                "exercise": s.exercise,
+                "found": s.found,
+                "status": s.status,
+                "output": s.output,
+                **({"helper": True} if s.helper else {}),
+                **({"note": s.note} if s.note else {}),
+            }
             for s in states.values()
         ],
         "warnings": run.warnings,
@@ -517,7 +563,7 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
     works, else why not -- then the batch grades nothing instead of giving every student 0."""
     import torch
 
-    from .sandbox import _is_root, unreadable_for_others
+    from .sandbox import _is_root, _needed_dirs, _python_paths, unreadable_for_others
 
     box = Sandbox(mode, limits, ())
     deadline = time.monotonic() + timeout
@@ -544,7 +590,9 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
     if problem is None:
         return None
     hint = ""
-    blocked = unreadable_for_others() if _is_root() else None
+    blocked = None
+    if _is_root():
+        blocked = unreadable_for_others(bound=_needed_dirs(_python_paths()) if mode == "bwrap" else None)
     if blocked:
         hint = (
             f"; the likely cause: student code runs as a fresh unprivileged user, which cannot enter {blocked} on the way "
@@ -619,6 +667,8 @@ def main() -> int:
                 limits=limits,
                 timeout=float(req["timeout"]),
                 check_timeout=req.get("check_timeout"),
+                cells=req.get("cells"),
+                notes=req.get("notes"),
             )
             reply = {"ok": True, "result": result}
         except Exception as exc:  # noqa: BLE001 - reported as this submission's error
