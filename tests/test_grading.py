@@ -464,17 +464,161 @@ def test_report_escapes_student_text():
     assert "\x1b" not in md and "# Feedback: `` x`<b>.ipynb ``" in md
 
 
-def test_sandbox_falls_back_with_a_warning_without_bwrap(monkeypatch):
+EVIL = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+
+
+def _html_of(markdown: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").render(markdown)
+
+
+def test_student_strings_are_escaped_in_report_md_and_grades_csv(tmp_path, monkeypatch):
+    """An unknown assignment name from the notebook's metadata (HTML), a file name that is a
+    formula: report.md renders them as text (markdown -> HTML has no tag of theirs), and
+    grades.csv shows them as text, never as a formula."""
+    import csv
+
+    from course_lib.grading.grade import grade_files
+
+    nb = _solution_nb()
+    nb["metadata"]["course"]["assignment"] = EVIL
+    sub = tmp_path / "=HYPERLINK(x).ipynb"
+    sub.write_text(json.dumps(nb))
+    nb["metadata"]["course"]["assignment"] = "@SUM(A1)"
+    sub2 = tmp_path / "-2+3.ipynb"
+    sub2.write_text(json.dumps(nb))
+    monkeypatch.chdir(tmp_path)
+    rows = grade_files([sub.name, sub2.name], tmp_path / "out", sandbox="none", log=lambda m: None)
+    assert all(r["status"].startswith("error: unknown assignment") for r in rows)
+    html = _html_of((tmp_path / "out" / "_HYPERLINK_x_" / "report.md").read_text())
+    assert "<img" not in html and "<script" not in html and "&lt;img" in html, html
+    with open(tmp_path / "out" / "grades.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert [r["submission"][:1] for r in got] == ["'", "'"]
+    assert got[0]["assignment"] == EVIL and got[1]["assignment"] == "'@SUM(A1)"
+
+
+def test_report_md_renders_no_student_markup_anywhere():
+    """Every string of a graded report (messages, outputs, answer notes, warnings, ids) comes
+    out of markdown -> HTML as text."""
+    report = {
+        "submission": EVIL + ".ipynb",
+        "assignment": EVIL,
+        "points": 0,
+        "max_points": 1,
+        "status": "graded",
+        "warnings": [EVIL],
+        "answers": [{"exercise": EVIL, "cell": EVIL, "status": EVIL, "output": EVIL, "note": EVIL}],
+        "checks": [{"exercise": EVIL, "id": EVIL, "hidden": False, "passed": False, "points": 0, "max_points": 1, "message": EVIL, "output": EVIL}],
+    }
+    html = _html_of(render_markdown(report))
+    assert "<img" not in html and "<script" not in html and html.count("&lt;img") >= 8, html
+
+
+def test_grades_csv_has_one_column_per_exercise_and_a_class_summary(tmp_path):
+    import csv
+
+    from course_lib.grading.report import exercise_summary, write_grades_csv
+
+    ex = {"a": 2, "b": 3}
+    rows = [
+        {"submission": "s1", "assignment": "X", "points": 5, "max_points": 5, "status": "graded", "exercises": {"a": 2, "b": 3}, "exercise_max": ex},
+        {"submission": "s2", "assignment": "X", "points": 1.5, "max_points": 5, "status": "graded", "exercises": {"a": 1.5, "b": 0}, "exercise_max": ex},
+        {"submission": "s3", "assignment": "X", "points": 0, "max_points": 5, "status": "error: file not found"},
+    ]
+    write_grades_csv(tmp_path / "g.csv", rows)
+    with open(tmp_path / "g.csv", newline="") as fh:
+        back = list(csv.reader(fh))
+    assert back[0] == ["submission", "assignment", "points", "max_points", "status", "a", "b"]
+    assert back[1][5:] == ["2", "3"] and back[2][5:] == ["1.5", "0"] and back[3][5:] == ["", ""]
+    assert exercise_summary(rows) == ["X a: mean 1.75 / 2, full 1 of 2, zero 0 of 2", "X b: mean 1.50 / 3, full 1 of 2, zero 1 of 2"]
+    rows.append({"submission": "s4", "assignment": "Y", "points": 1, "max_points": 1, "status": "graded", "exercises": {"a": 1}, "exercise_max": {"a": 1}})
+    write_grades_csv(tmp_path / "g.csv", rows)  # two assignments: columns named assignment:exercise
+    with open(tmp_path / "g.csv", newline="") as fh:
+        back = list(csv.reader(fh))
+    assert back[0][5:] == ["X:a", "X:b", "Y:a"] and back[4][5:] == ["", "", "1"] and back[1][5:] == ["2", "3", ""]
+
+
+def test_gradescope_results_have_the_documented_fields():
+    """Gradescope's autograder results.json: top-level ``score`` and ``tests``, each test with
+    ``name``, ``score``, ``max_score``, ``output`` (text, never rendered as HTML)."""
+    from course_lib.grading.report import gradescope_results
+
+    report = {
+        "submission": "s.ipynb", "assignment": "02_transformer", "points": 1, "max_points": 3, "status": "graded",
+        "warnings": [], "answers": [{"exercise": "e", "cell": "c", "status": "raised ValueError: x", "output": ""}],
+        "checks": [
+            {"exercise": "e", "id": "e-small", "hidden": False, "passed": True, "points": 1, "max_points": 1, "message": "passed", "output": "hi\x1b[2J"},
+            {"exercise": "e", "id": "e-big", "hidden": True, "passed": False, "points": 0, "max_points": 2, "message": EVIL, "output": ""},
+        ],
+    }  # fmt: skip
+    res = gradescope_results(report, {"e": "The exercise"})
+    json.dumps(res)
+    assert res["score"] == 1.0 and isinstance(res["tests"], list) and len(res["tests"]) == 2
+    for t in res["tests"]:
+        assert {"name", "score", "max_score", "output"} <= set(t) and t["output_format"] == "text"
+        assert isinstance(t["score"], float) and isinstance(t["max_score"], float) and isinstance(t["name"], str)
+    assert res["tests"][0]["name"] == "The exercise: check e-small" and res["tests"][0]["score"] == 1.0
+    assert "\x1b" not in res["tests"][0]["output"] and "hi" in res["tests"][0]["output"]
+    assert res["tests"][1]["max_score"] == 2.0 and res["tests"][1]["score"] == 0.0 and EVIL in res["tests"][1]["output"]
+    assert "raised ValueError" in res["output"]
+    err = gradescope_results({**report, "status": "error: file too large", "checks": [], "answers": [], "points": 0})
+    assert err["score"] == 0.0 and err["tests"] == [] and "file too large" in err["output"]
+
+
+def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
+    """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
-    mode, warning = choose_mode("auto")
-    assert mode == "none" and "bwrap is not installed" in warning and "can read any file" in warning
+    with pytest.raises(RuntimeError) as info:
+        choose_mode("auto")
+    msg = str(info.value)
+    assert "bwrap is not installed" in msg and "make system-deps" in msg and "--sandbox none" in msg and "\n" not in msg
     with pytest.raises(RuntimeError, match="bubblewrap does not work"):
         choose_mode("bwrap")
+    mode, warning = choose_mode("none")
+    assert mode == "none" and "can read any file" in warning
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+
+
+def _stat_opening(folder, real_stat):
+    """os.stat that reports ``folder`` as mode 755 (other users may enter it)."""
+
+    def fake(path, *a, **k):
+        st = real_stat(path, *a, **k)
+        if str(path) == str(folder):
+            return os.stat_result((st.st_mode | 0o755, *tuple(st)[1:]))
+        return st
+
+    return fake
+
+
+def test_unreadable_for_others_names_a_mode_700_folder(tmp_path, monkeypatch):
+    """The preflight's diagnosis: an interpreter under a folder others cannot enter (pyenv under
+    /root, mode 700) is named with its mode."""
+    import course_lib.grading.sandbox as sandbox
+
+    home = tmp_path / "home"
+    (home / "py" / "bin").mkdir(parents=True)
+    (home / "py" / "bin" / "python").write_text("")
+    home.chmod(0o700)
+    monkeypatch.setattr(sandbox.sys, "executable", str(home / "py" / "bin" / "python"))
+    try:
+        blocked = sandbox.unreadable_for_others([])  # pytest's own temporary folders are mode 700 too
+        assert blocked.endswith(" (mode 700)") and str(home).startswith(blocked.removesuffix(" (mode 700)")), blocked
+        home.chmod(0o755)
+        assert f"{home} " not in (sandbox.unreadable_for_others([]) or "")
+        home.chmod(0o700)
+        for parent in home.parents:  # the folders above it opened: now it is the one named
+            if parent.stat().st_mode & 0o001 == 0:
+                monkeypatch.setattr(sandbox.os, "stat", _stat_opening(parent, sandbox.os.stat))
+        assert sandbox.unreadable_for_others([]) == f"{home} (mode 700)"
+    finally:
+        home.chmod(0o755)
 
 
 # --- a student's self-check with nbval -----------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 
 from course_lib.grading.sandbox import OUTPUT_KEEP, Sandbox, bwrap_status
 
-from grading_fixtures.cases import ALL_CHECKS, CHECKS, FILE_CASES, MARKER, SOLUTION, Case, graded_cases
+from grading_fixtures.cases import ALL_CHECKS, CHECKS, FILE_CASES, MARKER, SOLUTION, Case, graded_cases, solution_answers
 
 HAVE_BWRAP, BWRAP_REASON = bwrap_status()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")
@@ -269,6 +269,82 @@ def test_every_solution_gets_full_marks_and_its_stub_zero(solution, tmp_path, ca
     assert rows[1]["points"] == "0" and rows[1]["status"] == "graded"
 
 
+def test_gradebook_columns_summary_and_gradescope_files(tmp_path, capsys):
+    """A real batch (no sandbox, to be quick): grades.csv's exercise columns, the class
+    summary at the end, and --format gradescope's results.json per submission."""
+    partial = Case("partial", base="stub", answers={k: v for k, v in solution_answers().items() if k == "causal-mask-answer"})
+    subs = [Case("solution").write(tmp_path), partial.write(tmp_path)]
+    proc, _ = course_grade_here(capsys, subs, tmp_path / "out", "--sandbox", "none", "--format", "gradescope", "--check-timeout", CHECK_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_rows(tmp_path / "out")
+    assert list(rows[0])[5:] == list(CHECKS)  # one column per exercise, after the totals
+    assert [rows[0][e] for e in CHECKS] == [str(len(c)) for c in CHECKS.values()]
+    assert [rows[1][e] for e in CHECKS] == ["2", "0", "0", "0"]
+    assert "causal-mask: mean 2.00 / 2, full 2 of 2, zero 0 of 2" in proc.stderr
+    assert "attention: mean 2.50 / 5, full 1 of 2, zero 1 of 2" in proc.stderr
+    for name, score in (("solution", 12.0), ("partial", 2.0)):
+        res = json.loads((tmp_path / "out" / name / "results.json").read_text())
+        assert res["score"] == score and len(res["tests"]) == len(ALL_CHECKS)
+        assert sum(t["score"] for t in res["tests"]) == score and sum(t["max_score"] for t in res["tests"]) == 12.0
+        assert all(set(t) >= {"name", "score", "max_score", "output"} for t in res["tests"])
+
+
+def _insert_after(answer_key: str, cell: dict):
+    def edit(nb):
+        i = next(i for i, c in enumerate(nb["cells"]) if c.get("id") == answer_key)
+        nb["cells"].insert(i + 1, cell)
+
+    return edit
+
+
+def _code_cell(cid: str, source: str, metadata: dict | None = None) -> dict:
+    return {"cell_type": "code", "id": cid, "metadata": metadata or {}, "source": source, "outputs": [], "execution_count": None}
+
+
+ANSWER_STYLE_CASES = {
+    # Jupyter's copy keeps the answer marker: the stub above stays, the copy below holds the answer
+    "copied_cell": dict(
+        base="stub",
+        answers={k: v for k, v in solution_answers().items() if k != "causal-mask-answer"},
+        edit=_insert_after("causal-mask-answer", _code_cell("copy-1", solution_answers()["causal-mask-answer"], {"course": {"answer": "causal-mask-answer", "exercise": "causal-mask"}})),
+    ),
+    # the stub left as it is, the answer written in a new cell below it; a helper in a cell of its own
+    "new_cell_below": dict(
+        base="stub",
+        answers={k: v for k, v in solution_answers().items() if k != "heads-answer"},
+        edit=_insert_after("heads-answer", _code_cell("mine", "def _last_dim():\n    return -1\n\n" + solution_answers()["heads-answer"])),
+    ),
+    # the helper the exercise texts recommend, imported at the top of the answer cell
+    "raises_import": dict(answers={"causal-mask-answer": "from course_lib.grading.checks import raises\n\n" + solution_answers()["causal-mask-answer"] + "\nwith raises(ValueError):\n    causal_mask(3, 2)\n"}),
+    # a correct function, then a demo slower than the answer-cell limit: interrupted, the function kept
+    "slow_demo": dict(answers={"heads-answer": solution_answers()["heads-answer"] + "\nimport time\nprint('demo starts')\ntime.sleep(120)\n"}),
+}
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_answers_written_as_students_write_them_get_full_marks(mode, tmp_path, capsys):
+    """Copied answer cells (the last one is graded, and the report says so), the answer in a
+    new cell below the stub, a helper cell, `raises` imported in an answer, a slow demo after
+    a correct function (interrupted at the answer-cell limit, the function kept)."""
+    if mode == "bwrap" and not HAVE_BWRAP:
+        pytest.skip(f"bubblewrap unusable here: {BWRAP_REASON}")
+    subs = [Case(name, **kw).write(tmp_path) for name, kw in ANSWER_STYLE_CASES.items()]
+    proc, elapsed = course_grade_here(capsys, subs, tmp_path / "out", "--sandbox", mode, "--check-timeout", CHECK_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ANSWER_STYLE_CASES:
+        rep = report(tmp_path / "out", name)
+        assert rep["points"] == rep["max_points"] == 12, (name, [c["message"] for c in rep["checks"] if not c["passed"]], rep["answers"])
+    answers = {a["cell"]: a for a in report(tmp_path / "out", "copied_cell")["answers"]}
+    assert "2 cells are marked as answer causal-mask-answer" in answers["causal-mask-answer"]["note"]
+    assert "cell id 'copy-1'" in answers["causal-mask-answer"]["note"]
+    md = (tmp_path / "out" / "copied_cell" / "report.md").read_text()
+    assert "the last one in the notebook" in md
+    answers = {a["cell"]: a for a in report(tmp_path / "out", "new_cell_below")["answers"]}
+    assert answers["added cell mine"]["helper"] and answers["added cell mine"]["status"] == "ok"
+    slow = {a["cell"]: a for a in report(tmp_path / "out", "slow_demo")["answers"]}["heads-answer"]
+    assert slow["status"].startswith(f"interrupted after the answer-cell limit of {float(CHECK_TIMEOUT):g} s") and "demo starts" in slow["output"]
+
+
 def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     """Without --assignment the assignment comes from each notebook's metadata."""
     subs = tmp_path / "subs"
@@ -323,14 +399,21 @@ def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypa
     assert course_main(["grade", sub, "--out", str(tmp_path / "o2"), "--sandbox", "bwrap"]) == 1
     assert "bubblewrap does not work here" in capsys.readouterr().err
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
+    assert course_main(["grade", sub, "--out", str(tmp_path / "o2")]) == 1  # the default refuses too
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "make system-deps" in err[0] and "--sandbox none" in err[0], err
+    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
     assert course_main(["grade", str(tmp_path / "missing.ipynb"), "--out", str(tmp_path / "o3")]) == 0
     assert read_rows(tmp_path / "o3")[0]["status"] == "error: file not found"
     with pytest.raises(SystemExit):  # argparse: --out is required
         course_main(["grade", sub])
 
 
-def test_a_sandbox_that_cannot_start_gives_error_rows_not_zeros(tmp_path, monkeypatch, capsys):
-    """A broken sandbox is the grader's failure: the submission gets an error row, not 0 points."""
+def test_a_sandbox_that_cannot_start_grades_nothing(tmp_path, monkeypatch, capsys):
+    """A broken sandbox is the grader's failure: the preflight (a known-good answer run in it)
+    fails, the batch grades nothing and says why in one line; no student gets 0 for it."""
     import course_lib.grading.sandbox as sandbox
 
     fake = tmp_path / "bin" / "bwrap"
@@ -340,12 +423,14 @@ def test_a_sandbox_that_cannot_start_gives_error_rows_not_zeros(tmp_path, monkey
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
     sub = Case("solution").write(tmp_path)
-    proc, _ = course_grade_here(capsys, [sub], tmp_path / "out", "--sandbox", "bwrap")
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
-    assert proc.returncode == 0, proc.stderr
-    row = read_rows(tmp_path / "out")[0]
-    assert row["status"].startswith("error: grader failure: GraderFailure: the sandbox did not start"), row
-    assert "bwrap: broken" in row["status"]
+    for mode in ("bwrap", "auto"):
+        proc, _ = course_grade_here(capsys, [sub], tmp_path / "out", "--sandbox", mode)
+        monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("course grade: nothing was graded: the sandbox (bwrap) cannot run a known-good answer")
+        assert "bwrap: broken" in lines[0]
+        assert not (tmp_path / "out" / "grades.csv").exists() and not (tmp_path / "out" / "solution").exists()
 
 
 @needs_bwrap
@@ -373,7 +458,7 @@ def probe():
     except OSError as exc:
         out["network"] = type(exc).__name__
     try:
-        import course_lib
+        import course_lib.nn
         out["course_lib"] = "imported"
     except ImportError as exc:
         out["course_lib"] = str(exc)

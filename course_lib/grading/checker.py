@@ -24,6 +24,7 @@ import builtins
 import hashlib
 import inspect
 import json
+import math
 import os
 import random
 import re
@@ -39,12 +40,17 @@ from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_su
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 from .sandbox_worker import decode
 
-__all__ = ["CheckFailure", "GraderFailure", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
+__all__ = ["ANSWER_CELL_TIMEOUT", "CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
 MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
 MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
 START_TIMEOUT = 120.0
 MESSAGE_LIMIT = 2000
+# Seconds each answer cell (and each cell a student added inside an exercise) may run when the
+# grader runs it. At the limit the cell is interrupted (KeyboardInterrupt, as Jupyter's stop
+# button): what it defined before that point is kept, the rest of the cell is not run.
+ANSWER_CELL_TIMEOUT = 30.0
+INTERRUPT_GRACE = 3.0  # seconds an interrupted cell has to stop before its process is killed
 
 
 class CheckFailure(BaseException):
@@ -128,6 +134,8 @@ class _AnswerState:
     status: str = "not run"  # "ok" | "missing" | "raised ..." | "timed out" | "crashed ..."
     output: str = ""
     poisoned: bool = False  # crashed or hung the sandbox: skipped on restarts
+    helper: bool = False  # a cell the student added inside the exercise (run as in the notebook)
+    note: str = ""  # e.g. which of several cells marked as this answer was graded
 
 
 @dataclass
@@ -198,11 +206,16 @@ class _Run:
                 if not state.found or state.poisoned:
                     continue
                 try:
-                    out = box.request({"op": "exec", "key": state.key, "source": state.source}, self._answer_deadline())
+                    out = box.request(
+                        {"op": "exec", "key": state.key, "source": state.source},
+                        self._answer_deadline(),
+                        interrupt_grace=INTERRUPT_GRACE,
+                    )
                 except SandboxLost as exc:
                     state.poisoned = True
                     state.status = (
-                        f"timed out after {self.answer_timeout:g} s while running the cell (it is skipped)"
+                        f"ran past the answer-cell limit of {self.answer_timeout:g} s and did not stop when interrupted "
+                        "(the cell is skipped)"
                         if exc.kind == "timeout"
                         else f"stopped the student process while running: {exc.reason} (the cell is skipped)"
                     )
@@ -210,8 +223,14 @@ class _Run:
                     break  # the student process is gone: fork a new one without this cell
                 if state.status == "not run":
                     state.output = out.output
-                    state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
-                    if not out.ok and out.error.get("traceback"):
+                    if out.interrupted:
+                        state.status = (
+                            f"interrupted after the answer-cell limit of {self.answer_timeout:g} s: what the cell defined "
+                            "before that point is kept, the rest of it did not run (move slow demos out of answer cells)"
+                        )
+                    else:
+                        state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                    if not out.ok and not out.interrupted and out.error.get("traceback"):
                         state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
 
     def _answer_deadline(self) -> float:
@@ -471,18 +490,38 @@ def grade_answers(
     limits: SandboxLimits | None = None,
     timeout: float = 300.0,
     check_timeout: float | None = None,
+    cells: list[dict] | None = None,
+    notes: dict[str, str] | None = None,
 ) -> dict:
-    """Grade one submission's answer cells (``answers``: answer key -> source, None when missing)."""
+    """Grade one submission's answer cells (``answers``: answer key -> source, None when
+    missing). ``cells`` (optional): the answer cells and the cells the student added inside
+    an exercise, in notebook order (see :meth:`.grade.Submission.answer_plan`); they run in
+    that order, each as its own cell, as in the notebook."""
     start = time.monotonic()
-    states = {}
+    states: dict[str, _AnswerState] = {}
+    keys = {a.key: a.exercise for a in assignment.answers}
+    for item in cells or []:
+        key, src = item.get("key"), item.get("source")
+        if not isinstance(key, str) or not isinstance(src, str) or key in states:
+            continue
+        if item.get("helper"):
+            if key in keys:
+                continue
+            states[key] = _AnswerState(key, str(item.get("exercise")), True, _ipython_to_python(src), helper=True)
+        elif key in keys and answers.get(key) is not None:
+            states[key] = _AnswerState(key, keys[key], True, _ipython_to_python(answers[key]))
     for a in assignment.answers:
+        if a.key in states:
+            continue
         src = answers.get(a.key)
         found = src is not None
         states[a.key] = _AnswerState(
             a.key, a.exercise, found, _ipython_to_python(src) if found else None, "not run" if found else "missing"
         )
-    default_timeout = max((c.timeout for c in assignment.checks), default=10.0)
-    answer_timeout = default_timeout if check_timeout is None else min(default_timeout, check_timeout)
+    for key, note in (notes or {}).items():
+        if key in states and isinstance(note, str):
+            states[key].note = note[:500]
+    answer_timeout = ANSWER_CELL_TIMEOUT if check_timeout is None else min(ANSWER_CELL_TIMEOUT, check_timeout)
     run = _Run(assignment, reference, mode, limits or SandboxLimits(), states, start + timeout, answer_timeout)
     seeds = seeds_for(assignment, answers)
     results = []
@@ -496,12 +535,71 @@ def grade_answers(
         "max_points": assignment.max_points,
         "checks": results,
         "answers": [
-            {"cell": s.key, "exercise": s.exercise, "found": s.found, "status": s.status, "output": s.output}
+            {
+                "cell": s.key,
+                "exercise": s.exercise,
+                "found": s.found,
+                "status": s.status,
+                "output": s.output,
+                **({"helper": True} if s.helper else {}),
+                **({"note": s.note} if s.note else {}),
+            }
             for s in states.values()
         ],
         "warnings": run.warnings,
         "sandbox_starts": run.starts,
     }
+
+
+PREFLIGHT_ANSWER = (
+    "import math\nimport torch\nimport torch.nn.functional as F\n\n\n"
+    "def course_preflight(x):\n    return F.softmax(torch.as_tensor(x, dtype=torch.float64), dim=-1) * math.e\n"
+)
+
+
+def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) -> str | None:
+    """Run a known-good answer through a fresh sandbox exactly as a submission's would run
+    (the worker, Python, torch, the unprivileged user, an exec and a call): None when it
+    works, else why not -- then the batch grades nothing instead of giving every student 0."""
+    import torch
+
+    from .sandbox import _is_root, _needed_dirs, _python_paths, unreadable_for_others
+
+    box = Sandbox(mode, limits, ())
+    deadline = time.monotonic() + timeout
+    problem = None
+    try:
+        box.start(deadline)
+        out = box.request({"op": "exec", "key": "preflight", "source": PREFLIGHT_ANSWER}, deadline)
+        if not out.ok:
+            problem = f"a known-good answer cell failed in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
+        else:
+            arg = [1.0, 2.0, 3.0]
+            out = box.request({"op": "call", "name": "course_preflight", "args": [encode_for_sandbox(arg)], "kwargs": []}, deadline)
+            expected = torch.softmax(torch.tensor(arg, dtype=torch.float64), dim=-1) * math.e
+            if not out.ok:
+                problem = f"a known-good function raised in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
+            else:
+                value = to_python(out.value)
+                if not (isinstance(value, torch.Tensor) and value.shape == expected.shape and torch.allclose(value, expected)):
+                    problem = "a known-good function returned a wrong value from it"
+    except (SandboxLost, ProtocolError, ValueError, TypeError) as exc:
+        problem = str(getattr(exc, "reason", exc))
+    finally:
+        box.kill()
+    if problem is None:
+        return None
+    hint = ""
+    blocked = None
+    if _is_root():
+        blocked = unreadable_for_others(bound=_needed_dirs(_python_paths()) if mode == "bwrap" else None)
+    if blocked:
+        hint = (
+            f"; the likely cause: student code runs as a fresh unprivileged user, which cannot enter {blocked} on the way "
+            f"to this Python ({sys.executable}): install Python and the course where other users can read them "
+            "(not under a mode-700 home folder), or `chmod o+x` that folder, or run the grader as an ordinary user"
+        )
+    return f"the sandbox ({mode}) cannot run a known-good answer: {problem}{hint}"
 
 
 def _limit_own_memory(megabytes: int | None) -> None:
@@ -543,6 +641,15 @@ def main() -> int:
             continue
         if req.get("op") == "exit":
             break
+        if req.get("op") == "preflight":
+            try:
+                problem = preflight(req["mode"], SandboxLimits(**req.get("limits", {})))
+                reply = {"ok": problem is None, "error": problem}
+            except Exception as exc:  # noqa: BLE001
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            proto_out.write(json.dumps(reply) + "\n")
+            proto_out.flush()
+            continue
         try:
             path = str(Path(req["solution"]).resolve())
             assignment = load_assignment(path)
@@ -560,6 +667,8 @@ def main() -> int:
                 limits=limits,
                 timeout=float(req["timeout"]),
                 check_timeout=req.get("check_timeout"),
+                cells=req.get("cells"),
+                notes=req.get("notes"),
             )
             reply = {"ok": True, "result": result}
         except Exception as exc:  # noqa: BLE001 - reported as this submission's error

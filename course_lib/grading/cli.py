@@ -29,6 +29,7 @@ def _grade_cmd(args) -> int:
             solutions=args.solutions,
             sandbox=args.sandbox,
             limits=limits,
+            format=args.format,
         )
     except GradeError as exc:
         print(f"course grade: {exc}", file=sys.stderr)
@@ -70,4 +71,5 @@ def register(sub) -> None:
     p.add_argument("--grader-memory-mb", type=_positive_int, default=None, help="address-space limit of each checker process, where checks run on the student's values (default 2048)")
     p.add_argument("--solutions", metavar="DIR", help="folder of solution notebooks (default: solutions/ of the course checkout)")
     p.add_argument("--sandbox", choices=["auto", "bwrap", "none"], default=None, help="auto (default; also $COURSE_GRADER_SANDBOX): bubblewrap when it works")
+    p.add_argument("--format", choices=["course", "gradescope"], default="course", help="gradescope: also write each submission's results.json in Gradescope's autograder format")
     p.set_defaults(func=_grade_cmd)

@@ -29,13 +29,14 @@ from pathlib import Path
 from queue import Queue
 
 from .format import META, Assignment, FormatError, load_assignment
-from .report import clean_text, format_points, write_grades_csv, write_report
+from .report import clean_text, exercise_summary, format_points, gradescope_results, write_atomic, write_grades_csv, write_report
 from .sandbox import SandboxLimits, choose_mode
 
 __all__ = ["GradeError", "Submission", "read_submission", "solutions_dir", "grade_files", "MAX_NOTEBOOK_BYTES"]
 
 MAX_NOTEBOOK_BYTES = 25 * 2**20
 CHECKER_SLACK = 90.0  # seconds a checker may take beyond the submission's time limit
+PREFLIGHT_TIMEOUT = 180.0  # the known-good answer's run before a batch (torch's import included)
 
 
 class GradeError(RuntimeError):
@@ -49,12 +50,61 @@ class Submission:
     by_id: dict[str, str] = field(default_factory=dict)  # code cell id -> source
     by_marker: dict[str, str] = field(default_factory=dict)  # metadata course.answer -> source (last wins)
     error: str | None = None
+    # every code cell in notebook order: {"id", "marker", "tags", "source", "exercise"} (the
+    # exercise whose instructions, a markdown cell tagged "exercise", come last above it)
+    cells: list[dict] = field(default_factory=list)
 
     def answers_for(self, assignment: Assignment) -> dict[str, str | None]:
-        out = {}
-        for a in assignment.answers:
-            out[a.key] = self.by_id.get(a.key, self.by_marker.get(a.key))
-        return out
+        return self.answer_plan(assignment)[0]
+
+    def answer_plan(self, assignment: Assignment, known_ids: set[str] | frozenset = frozenset()):
+        """What the grader runs, as the notebook would: ``(answers, cells, notes)``.
+
+        ``answers``: answer key -> the source graded (None when missing). When several cells
+        carry an answer's id or its ``course.answer`` marker (Jupyter's copy keeps the
+        metadata), the **last** one in notebook order is graded, and ``notes`` says so.
+        ``cells``: in notebook order, the chosen answer cells and the cells the student added
+        inside an exercise (a helper, the answer written in a new cell below the stub): code
+        cells without a grader role whose id is not one of the released notebook's
+        (``known_ids``); each ``{"key", "exercise", "source", "helper"}``.
+        """
+        keys = {a.key: a.exercise for a in assignment.answers}
+        exercises = {e.id for e in assignment.exercises}
+        chosen: dict[str, int] = {}
+        count: dict[str, int] = {}
+        for i, c in enumerate(self.cells):
+            for key in {c["id"], c["marker"]} & set(keys):
+                chosen[key] = i
+                count[key] = count.get(key, 0) + 1
+        answers = {key: (self.cells[chosen[key]]["source"] if key in chosen else None) for key in keys}
+        if not chosen:  # nothing of this assignment: no helpers either
+            return answers, [], {}
+        notes = {}
+        for key, n in count.items():
+            if n > 1:
+                c = self.cells[chosen[key]]
+                where = f"cell id {c['id']!r}" if isinstance(c["id"], str) else "a cell without id"
+                notes[key] = (
+                    f"{n} cells are marked as answer {key} (a copied cell keeps the marker); the last one in the "
+                    f"notebook ({where}) was graded, the others were not"
+                )
+        by_index = {i: key for key, i in chosen.items()}
+        plan = []
+        for i, c in enumerate(self.cells):
+            if i in by_index:
+                key = by_index[i]
+                plan.append({"key": key, "exercise": keys[key], "source": c["source"], "helper": False})
+            elif (
+                c["exercise"] in exercises
+                and not (set(c["tags"]) & _ROLE_OR_GENERATED)
+                and c["marker"] is None
+                and c["id"] not in known_ids
+                and c["id"] not in keys
+                and c["source"].strip()
+            ):
+                label = f"added cell {c['id']}" if isinstance(c["id"], str) else f"added cell #{i + 1}"
+                plan.append({"key": label[:120], "exercise": c["exercise"], "source": c["source"], "helper": True})
+        return answers, plan, notes
 
 
 def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submission:
@@ -131,7 +181,15 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
     course = meta.get(META) if isinstance(meta, dict) else None
     if isinstance(course, dict) and isinstance(course.get("assignment"), str):
         sub.assignment = course["assignment"][:200]
+    exercise = None
     for cell in cells:
+        if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
+            cmeta, tags = cell.get("metadata"), None
+            tags = cmeta.get("tags") if isinstance(cmeta, dict) else None
+            course = cmeta.get(META) if isinstance(cmeta, dict) else None
+            if isinstance(tags, list) and "exercise" in tags and isinstance(course, dict) and isinstance(course.get("id"), str):
+                exercise = course["id"]
+            continue
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         src = cell.get("source", "")
@@ -146,7 +204,29 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
         marker = cmeta.get(META) if isinstance(cmeta, dict) else None
         if isinstance(marker, dict) and isinstance(marker.get("answer"), str):
             sub.by_marker[marker["answer"]] = src
+        tags = cmeta.get("tags") if isinstance(cmeta, dict) else None
+        sub.cells.append(
+            {
+                "id": cid if isinstance(cid, str) else None,
+                "marker": marker["answer"] if isinstance(marker, dict) and isinstance(marker.get("answer"), str) else None,
+                "tags": [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else [],
+                "source": src,
+                "exercise": exercise,
+            }
+        )
     return sub
+
+
+_ROLE_OR_GENERATED = {"exercise", "answer", "check", "hidden-check", "preamble", "solution-only", "course-generated", "course-forbid"}
+
+
+def solution_cell_ids(assignment: Assignment) -> set[str]:
+    """The ids of the solution notebook's cells (the released copy's are a subset)."""
+    try:
+        nb = json.loads(Path(assignment.path).read_text(encoding="utf-8"))
+        return {c["id"] for c in nb.get("cells", []) if isinstance(c, dict) and isinstance(c.get("id"), str)}
+    except (OSError, ValueError):
+        return set()
 
 
 def solutions_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -291,8 +371,14 @@ def grade_files(
     sandbox: str | None = None,
     limits: SandboxLimits | None = None,
     log=None,
+    format: str = "course",
 ) -> list[dict]:
-    """Grade ``paths`` into ``out_dir``; returns the rows of grades.csv. Raises :class:`GradeError`."""
+    """Grade ``paths`` into ``out_dir``; returns the rows of grades.csv (each graded row with
+    ``exercises``: exercise id -> points, and ``exercise_max``). Raises :class:`GradeError`.
+    ``format="gradescope"`` also writes each submission's ``results.json`` (Gradescope's
+    autograder format) next to its report."""
+    if format not in ("course", "gradescope"):
+        raise GradeError(f"unknown format {format!r}: use course or gradescope")
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     sol_dir = solutions_dir(solutions)
     cache: dict[str, Assignment | None] = {}
@@ -376,13 +462,13 @@ def grade_files(
                     error = f"this notebook is for assignment {sub.assignment!r}, not {assignment!r}"
             if asg is not None:
                 base["max_points"] = asg.max_points
-            answers = sub.answers_for(asg) if asg is not None and error is None else {}
+            answers, plan, notes = sub.answer_plan(asg, solution_cell_ids(asg)) if asg is not None and error is None else ({}, [], {})
             if error is None and not any(v is not None for v in answers.values()):
                 error = f"no answer cells of {asg.name} found (submit the exercise notebook you were given, with its answer cells)"
             if error is not None:
                 error_row(i, path, name, base["max_points"], f"error: {error}")
                 continue
-            todo.append((i, asg, answers, base))
+            todo.append((i, asg, answers, base, plan, notes))
         except Exception as exc:  # noqa: BLE001 - one file never stops the batch
             error_row(i, path, assignment, 0, f"error: grader failure while reading the file: {type(exc).__name__}: {exc}")
 
@@ -390,6 +476,17 @@ def grade_files(
     n_checkers = max(1, min(jobs, len(todo)))
     created: list[_Checker] = []
     lock = threading.Lock()
+    if todo:  # prove the sandbox runs a known-good answer before anyone's code is graded
+        first = _Checker()
+        try:
+            reply = first.grade({"op": "preflight", "mode": mode, "limits": vars(limits)}, PREFLIGHT_TIMEOUT)
+        except (RuntimeError, ValueError) as exc:
+            reply = {"ok": False, "error": str(exc)}
+        if not reply.get("ok"):
+            first.close()
+            raise GradeError(f"nothing was graded: {clean_text(reply.get('error') or 'the preflight failed')}")
+        created.append(first)
+        checkers.put(first)
 
     def take_checker() -> _Checker:
         with lock:
@@ -400,11 +497,13 @@ def grade_files(
         return checkers.get()
 
     def grade_one(item):
-        i, asg, answers, base = item
+        i, asg, answers, base, plan, notes = item
         request = {
             "op": "grade",
             "solution": str(asg.path),
             "answers": answers,
+            "cells": plan,
+            "notes": notes,
             "mode": mode,
             "timeout": timeout,
             "check_timeout": check_timeout,
@@ -425,7 +524,11 @@ def grade_files(
             break
         if reply is not None and reply.get("ok"):
             result = reply["result"]
-            row = {**base, "points": result["points"], "max_points": result["max_points"]}
+            per_ex: dict[str, float] = {e.id: 0 for e in asg.exercises}
+            per_max: dict[str, float] = {e.id: e.points for e in asg.exercises}
+            for c in result["checks"]:
+                per_ex[c["exercise"]] = per_ex.get(c["exercise"], 0) + c["points"]
+            row = {**base, "points": result["points"], "max_points": result["max_points"], "exercises": per_ex, "exercise_max": per_max}
             report = {**row, **result, "sandbox": mode, "limits": limits_note}
             report["warnings"] = ([warning] if warning else []) + result["warnings"]
             report.pop("sandbox_starts", None)
@@ -441,7 +544,7 @@ def grade_files(
         try:
             grade_one(item)
         except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
-            i, _, _, base = item
+            i, base = item[0], item[3]
             error_row(i, base["submission"], base["assignment"], base["max_points"], f"error: grader failure: {type(exc).__name__}: {exc}")
 
     try:
@@ -468,6 +571,9 @@ def grade_files(
             asg = cache.get(row["assignment"]) if row["assignment"] else None
             titles = {e.id: e.title for e in asg.exercises} if asg else {}
             write_report(out / folders[i], report, titles)
+            if format == "gradescope":
+                results = gradescope_results(report, titles)
+                write_atomic(out / folders[i] / "results.json", json.dumps(results, indent=1, ensure_ascii=False) + "\n")
         except Exception as exc:  # noqa: BLE001 - the row still goes into grades.csv
             not_written.append(folders[i])
             log(clean_text(f"{path}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"))
@@ -478,4 +584,7 @@ def grade_files(
         raise GradeError(f"grades.csv was NOT written ({type(exc).__name__}: {exc}); the reports are in {out}") from None
     if not_written:
         log(f"warning: {len(not_written)} report(s) could not be written: {', '.join(not_written[:10])}")
+    summary = exercise_summary(rows)
+    if summary:
+        log("per exercise (graded submissions):\n  " + "\n  ".join(summary))
     return rows

@@ -27,6 +27,9 @@ __all__ = [
     "write_atomic",
     "write_report",
     "write_grades_csv",
+    "exercise_columns",
+    "exercise_summary",
+    "gradescope_results",
     "CSV_HEADER",
 ]
 
@@ -60,7 +63,7 @@ def csv_cell(text) -> str:
     control characters (a carriage return would end the row for many readers) and line
     breaks are shown as escapes, so every row is one line."""
     text = clean_text(text)
-    if text.startswith(_FORMULA_START):
+    if text.lstrip(" ").startswith(_FORMULA_START) or text.startswith(("\uff1d", "\uff0b", "\uff0d", "\uff20")):
         text = "'" + text
     return sanitize(text).replace("\n", "\\n")
 
@@ -95,6 +98,15 @@ def _inline(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>&~=\"'])")
+
+
+def _plain(text: str) -> str:
+    """Text shown as text in markdown outside code: every ASCII punctuation character that
+    markdown or HTML could read as syntax is backslash-escaped (CommonMark), on one line."""
+    return _MD_PUNCT.sub(r"\\\1", sanitize(text).replace("\n", " "))
+
+
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
@@ -121,7 +133,7 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
         lines += ["The grader could not grade this file:", "", code_block(report["status"]), ""]
         return "\n".join(lines) + "\n"
     for w in report.get("warnings", []):
-        lines += [f"> Note: {sanitize(w)}", ""]
+        lines += [f"> Note: {_plain(w)}", ""]
     answers = {a["exercise"]: [] for a in report.get("answers", [])}
     for a in report.get("answers", []):
         answers[a["exercise"]].append(a)
@@ -131,16 +143,19 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
     for ex, checks in by_exercise.items():
         got = sum(c["points"] for c in checks)
         total = sum(c["max_points"] for c in checks)
-        lines += [f"## {titles.get(ex, ex)} ({format_points(got)} / {format_points(total)})", ""]
+        title = _plain(titles[ex]) if ex in titles else _inline(ex)
+        lines += [f"## {title} ({format_points(got)} / {format_points(total)})", ""]
         for a in answers.get(ex, []):
+            if a.get("note"):  # e.g. which of several cells marked as this answer was graded
+                lines += [f"Answer cell {_inline(a['cell'])}:", "", code_block(a["note"]), ""]
             if a["status"] != "ok":
-                lines += [f"Answer cell `{a['cell']}`:", "", code_block(a["status"]), ""]
+                lines += [f"Answer cell {_inline(a['cell'])}:", "", code_block(a["status"]), ""]
             if a.get("output"):
-                lines += [f"Output of answer cell `{a['cell']}`:", "", code_block(a["output"]), ""]
+                lines += [f"Output of answer cell {_inline(a['cell'])}:", "", code_block(a["output"]), ""]
         for c in checks:
             kind = "hidden check" if c["hidden"] else "check"
             mark = "passed" if c["passed"] else "FAILED"
-            lines.append(f"- **{mark}**: {kind} `{c['id']}` ({format_points(c['points'])} / {format_points(c['max_points'])})")
+            lines.append(f"- **{mark}**: {kind} {_inline(c['id'])} ({format_points(c['points'])} / {format_points(c['max_points'])})")
             if not c["passed"]:
                 lines += ["", code_block(c["message"])]
             if c.get("output"):
@@ -155,11 +170,29 @@ def write_report(folder: Path, report: dict, titles: dict[str, str] | None = Non
     write_atomic(folder / "report.md", render_markdown(report, titles))
 
 
+def exercise_columns(rows: list[dict]) -> list[tuple[str | None, str]]:
+    """The gradebook's exercise columns, as ``(assignment, exercise id)`` in the order met:
+    one per exercise of every assignment graded in the batch."""
+    cols: list[tuple[str | None, str]] = []
+    for r in rows:
+        for ex in r.get("exercises") or {}:
+            if (r["assignment"], ex) not in cols:
+                cols.append((r["assignment"], ex))
+    return cols
+
+
 def write_grades_csv(path: Path, rows: list[dict]) -> None:
+    """One row per submission: the totals and status, then one column per exercise (its
+    points; empty for a row that was not graded or is for another assignment). A batch of
+    one assignment names the columns by exercise id, a mixed batch ``assignment:exercise``."""
+    cols = exercise_columns(rows)
+    mixed = len({a for a, _ in cols}) > 1
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
+    writer.writerow(CSV_HEADER + [csv_cell(f"{a}:{e}" if mixed else e) for a, e in cols])
     for r in rows:
+        points = r.get("exercises") or {}
+        extra = [format_points(points[e]) if r["assignment"] == a and e in points else "" for a, e in cols]
         writer.writerow(
             [
                 csv_cell(r["submission"]),
@@ -167,6 +200,63 @@ def write_grades_csv(path: Path, rows: list[dict]) -> None:
                 format_points(r["points"]),
                 format_points(r["max_points"]),
                 csv_cell(r["status"]),
+                *extra,
             ]
         )
     write_atomic(path, buf.getvalue())
+
+
+def exercise_summary(rows: list[dict]) -> list[str]:
+    """The class's view, one line per exercise over the graded submissions: mean points, how
+    many got full points and how many got zero."""
+    lines = []
+    for a, e in exercise_columns(rows):
+        got = [r["exercises"][e] for r in rows if r["assignment"] == a and r["status"] == "graded" and e in (r.get("exercises") or {})]
+        if not got:
+            continue
+        top = next(r["exercise_max"][e] for r in rows if r["assignment"] == a and e in (r.get("exercise_max") or {}))
+        mean = sum(got) / len(got)
+        full = sum(abs(g - top) < 1e-9 for g in got)
+        zero = sum(g == 0 for g in got)
+        lines.append(
+            f"{sanitize(a or '')} {sanitize(e)}: mean {mean:.2f} / {format_points(top)}, full {full} of {len(got)}, zero {zero} of {len(got)}"
+        )
+    return lines
+
+
+def gradescope_results(report: dict, titles: dict[str, str] | None = None) -> dict:
+    """A submission's ``results.json`` in Gradescope's autograder format: ``score``, and one
+    test per check with ``name``, ``score``, ``max_score``, ``output`` (plain text)."""
+    report = clean_data(report)
+    titles = titles or {}
+    tests = []
+    for c in report.get("checks", []):
+        kind = "hidden check" if c["hidden"] else "check"
+        out = "passed" if c["passed"] else sanitize(c["message"])
+        if c.get("output"):
+            out += "\n\nWhat your code printed:\n" + sanitize(c["output"])
+        tests.append(
+            {
+                "name": f"{titles.get(c['exercise'], c['exercise'])}: {kind} {c['id']}",
+                "score": float(c["points"]),
+                "max_score": float(c["max_points"]),
+                "status": "passed" if c["passed"] else "failed",
+                "output": out,
+                "output_format": "text",
+                "visibility": "visible",
+            }
+        )
+    notes = [sanitize(w) for w in report.get("warnings", [])]
+    for a in report.get("answers", []):
+        for text in (a.get("note"), None if a.get("status") in ("ok", None) else f"answer cell {a['cell']}: {a['status']}"):
+            if text:
+                notes.append(sanitize(text))
+    if report["status"] != "graded":
+        notes.insert(0, "The grader could not grade this file: " + sanitize(report["status"]))
+    return {
+        "score": float(report["points"]),
+        "output": "\n".join(notes),
+        "output_format": "text",
+        "visibility": "visible",
+        "tests": tests,
+    }

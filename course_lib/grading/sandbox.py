@@ -54,6 +54,8 @@ __all__ = [
     "bwrap_status",
     "choose_mode",
     "FALLBACK_WARNING",
+    "NO_SANDBOX",
+    "unreadable_for_others",
 ]
 
 WORKER = Path(__file__).with_name("sandbox_worker.py")
@@ -64,6 +66,11 @@ PRELOAD = [
     "time", "warnings", "traceback", "statistics", "fractions", "decimal", "textwrap", "enum",
     "contextlib", "inspect", "subprocess", "threading", "signal", "heapq", "bisect", "struct",
 ]  # fmt: skip
+NO_SANDBOX = (
+    "no working sandbox here ({reason}), so student code would run as you, with your files and network: "
+    "nothing was graded. Install bubblewrap (`make system-deps`, or `apt-get install bubblewrap`), or pass "
+    "`--sandbox none` (or COURSE_GRADER_SANDBOX=none) to accept that risk explicitly"
+)
 FALLBACK_WARNING = (
     "bubblewrap (bwrap) is not usable here{reason}: student code runs in a separate process with "
     "resource limits only. It can read any file the grading user can read and can use the network. "
@@ -100,6 +107,7 @@ class Outcome:
     output: str = ""
     output_dropped: int = 0
     mutated: list = field(default_factory=list)  # [[argument index or name, encoded value now], ...]
+    interrupted: bool = False  # it ran past its deadline and was interrupted (KeyboardInterrupt)
 
 
 _BWRAP_CACHE: dict[str, tuple[bool, str]] = {}
@@ -147,7 +155,8 @@ def bwrap_status() -> tuple[bool, str]:
 def choose_mode(requested: str | None = None) -> tuple[str, str | None]:
     """``requested``: "auto" (default; also ``$COURSE_GRADER_SANDBOX``), "bwrap" or "none".
 
-    Returns ``(mode, warning or None)``; raises RuntimeError when bwrap is required but unusable.
+    Returns ``(mode, warning or None)``. Safe by default: raises RuntimeError (naming the fix)
+    when bubblewrap is unusable, unless "none" was asked for explicitly.
     """
     requested = (requested or os.environ.get("COURSE_GRADER_SANDBOX") or "auto").lower()
     if requested not in ("auto", "bwrap", "none"):
@@ -159,7 +168,53 @@ def choose_mode(requested: str | None = None) -> tuple[str, str | None]:
         return "bwrap", None
     if requested == "bwrap":
         raise RuntimeError(f"--sandbox bwrap was requested but bubblewrap does not work here: {reason}")
-    return "none", FALLBACK_WARNING.format(reason=f" ({reason})")
+    raise RuntimeError(NO_SANDBOX.format(reason=reason))
+
+
+def unreadable_for_others(paths: list[str] | None = None, *, bound: list[str] | None = None) -> str | None:
+    """The first folder on the way to the interpreter or its import path that a user other
+    than its owner cannot enter (e.g. ``/root`` with mode 700, where pyenv installs Python
+    for root), as ``"path (mode 700)"``; None when every folder can be entered. The student
+    process runs under a fresh unprivileged uid when the grader runs as root, and then cannot
+    read such an interpreter. ``bound``: folders bubblewrap binds as they are (the folders
+    above them are made afresh, open to all), so only the way from them down counts."""
+    wanted = [os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)]
+    wanted += paths if paths is not None else _python_paths()
+    seen: set[str] = set()
+    for target in wanted:
+        parts = Path(target).parts
+        first = 1
+        for b in bound or ():
+            if target == b or target.startswith(b.rstrip("/") + "/"):
+                first = max(first, len(Path(b).parts))
+        for i in range(first, len(parts) + 1):
+            d = str(Path(*parts[:i]))
+            if d in seen:
+                continue
+            seen.add(d)
+            try:
+                st = os.stat(d)
+            except OSError:
+                break
+            if not os.path.isdir(d):
+                if not st.st_mode & 0o004:
+                    return f"{d} (mode {st.st_mode & 0o777:o})"
+                break
+            if not st.st_mode & 0o001:
+                return f"{d} (mode {st.st_mode & 0o777:o})"
+    return None
+
+
+def shim_sources() -> dict[str, str]:
+    """The course_lib helpers importable inside graded answers (the exercise texts recommend
+    them for testing): module name -> source, run in the student's process in place of the
+    real module, which the sandbox cannot see."""
+    import inspect
+
+    from . import checks
+
+    header = "from __future__ import annotations\n\nfrom contextlib import contextmanager\n\n__all__ = ['raises']\n\n\n"
+    return {"course_lib.grading.checks": header + inspect.getsource(checks.raises)}
 
 
 def _python_paths() -> list[str]:
@@ -432,6 +487,7 @@ class Sandbox:
             "sys_path": paths,
             "preload": PRELOAD,
             "forbid": list(self.forbid),
+            "shims": shim_sources(),
             "uid": self.uid,
             "nice": 5,
             "prctl": self.mode != "bwrap",
@@ -628,7 +684,7 @@ class Sandbox:
             code = None
         return "the sandbox running your code ended" + (f" (exit status {code}: killed by your code?)" if code is not None else "")
 
-    def _wait(self, rid: int, deadline: float) -> dict:
+    def _wait(self, rid: int, deadline: float, kill_on_timeout: bool = True) -> dict:
         out_open = True
         scanned = 0  # bytes of self._resp already searched for the end of the line
         while True:
@@ -652,7 +708,8 @@ class Sandbox:
                 raise SandboxLost("protocol", f"a response larger than {MAX_LINE // 2**20} MB")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.kill_child()
+                if kill_on_timeout:
+                    self.kill_child()
                 raise SandboxLost("timeout", "time limit reached")
             fds = [self._resp_fd, self._ctl_fd] + ([self._out_fd] if out_open else [])
             try:
@@ -703,16 +760,28 @@ class Sandbox:
         except SandboxLost:
             self.kill()
 
-    def request(self, payload: dict, deadline: float) -> Outcome:
-        """Send one request (``op`` exec or call); raise :class:`SandboxLost` if it does not answer."""
+    def request(self, payload: dict, deadline: float, interrupt_grace: float = 0.0) -> Outcome:
+        """Send one request (``op`` exec or call); raise :class:`SandboxLost` if it does not answer.
+
+        With ``interrupt_grace``, a request still running at ``deadline`` is interrupted
+        (SIGINT: KeyboardInterrupt in the student's code, as Jupyter's stop button) and has
+        that many seconds to answer (``Outcome.interrupted``) before its process is killed."""
         if not self.child_alive:
             raise SandboxLost("exit", "the student process is not running")
         rid = self._next_id
         self._next_id += 1
         self._sent = 0
+        interrupted = False
         try:
             self._send({**payload, "id": rid}, deadline)
-            resp = self._wait(rid, deadline)
+            try:
+                resp = self._wait(rid, deadline, kill_on_timeout=not interrupt_grace)
+            except SandboxLost as exc:
+                if exc.kind != "timeout" or not interrupt_grace or not self.child_alive:
+                    raise
+                self._write(self._ctl_in, {"op": "interrupt"})
+                interrupted = True
+                resp = self._wait(rid, time.monotonic() + interrupt_grace)
         except SandboxLost as exc:
             if exc.kind == "exit" and self._sent and self._unread_request_bytes() == self._sent:
                 exc.before_request = True
@@ -720,8 +789,8 @@ class Sandbox:
         text, dropped = self._take_output()
         mutated = resp.get("mutated", [])
         if resp["ok"]:
-            return Outcome(True, value=resp["value"], output=text, output_dropped=dropped, mutated=mutated)
-        return Outcome(False, error=resp["error"], output=text, output_dropped=dropped, mutated=mutated)
+            return Outcome(True, value=resp["value"], output=text, output_dropped=dropped, mutated=mutated, interrupted=interrupted)
+        return Outcome(False, error=resp["error"], output=text, output_dropped=dropped, mutated=mutated, interrupted=interrupted)
 
     def take_output(self) -> tuple[str, int]:
         return self._take_output() if hasattr(self, "_out") else ("", 0)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import base64
 import builtins
 import importlib
+import importlib.machinery
 import json
 import os
 import sys
@@ -236,16 +237,44 @@ def forbid(dotted: str) -> Callable[[], None]:
 
 
 class _BlockCourseLib:
-    """Import hook: course_lib is not available to graded answers."""
+    """Import hook: course_lib is not available to graded answers, except the helpers the
+    exercise texts recommend for testing (``from course_lib.grading.checks import raises``):
+    ``shims`` maps those module names to their source, sent by the grader; their parent
+    packages are empty."""
 
-    @staticmethod
-    def find_spec(fullname, path=None, target=None):
+    shims: dict = {}
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname in cls.shims or any(s.startswith(fullname + ".") for s in cls.shims):
+            return importlib.machinery.ModuleSpec(fullname, cls, is_package=fullname not in cls.shims)
         if fullname == "course_lib" or fullname.startswith("course_lib."):
             raise ImportError(
                 f"cannot import {fullname}: course_lib is not available while answers are graded; "
                 "write the answer with torch (and the standard library) only"
             )
         return None
+
+
+    @classmethod
+    def create_module(cls, spec):
+        return None
+
+    @classmethod
+    def exec_module(cls, module):
+        name = module.__name__
+        if name in cls.shims:
+            exec(compile(cls.shims[name], f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - the grader's own helper
+        else:
+            module.__path__ = []
+
+            def __getattr__(attr, _name=name):
+                raise AttributeError(
+                    f"{_name}.{attr} is not available while answers are graded (of course_lib only "
+                    f"{', '.join(sorted(cls.shims))} is); write the answer with torch and the standard library"
+                )
+
+            module.__getattr__ = __getattr__
 
 
 class _IPythonStub:
@@ -454,6 +483,7 @@ def _install_seccomp() -> list[str]:
 def _setup(init: dict) -> list[str]:
     """Everything before student code: imports, forbidden functions, limits, the uid."""
     sys.path[:] = list(init["sys_path"])
+    _BlockCourseLib.shims = {k: v for k, v in (init.get("shims") or {}).items() if isinstance(k, str) and isinstance(v, str)}
     sys.meta_path.insert(0, _BlockCourseLib)
     warnings = []
     if init.get("prctl"):
@@ -649,6 +679,7 @@ def _zygote(fds: list[int], init: dict, ctl_out) -> int:
                         os.setpgid(0, 0)
                         os.close(fds[2])
                         os.close(fds[3])
+                        signal.signal(signal.SIGINT, signal.default_int_handler)
                         code = _serve(fd_req, fd_resp)
                     finally:
                         _flush()
@@ -658,6 +689,11 @@ def _zygote(fds: list[int], init: dict, ctl_out) -> int:
                     pidfd = os.pidfd_open(pid)
                 except (AttributeError, OSError):
                     pidfd = None
+            elif op == "interrupt" and child is not None:  # an answer cell ran out of time: stop it as Jupyter does
+                try:
+                    os.kill(child, signal.SIGINT)
+                except OSError:
+                    pass
             elif op == "kill" and child is not None:
                 try:
                     os.kill(-child, signal.SIGKILL)
