@@ -485,9 +485,13 @@ def _check_resume(
     extra = state.get("extra") or {}
     saved = json.loads(extra["settings"]) if extra.get("settings") else {"--steps": state.get("steps")}
     differ = []
+
+    def show(v: Any) -> str:
+        return "default" if v is None else str(v)
+
     for name in dict.fromkeys([*saved, *settings]):
         if name in saved and name in settings and saved[name] != settings[name]:
-            differ.append(f"{name} {saved[name]} (saved) vs {settings[name]} (now)")
+            differ.append(f"{name} {show(saved[name])} (saved) vs {show(settings[name])} (now)")
         elif (name in saved) != (name in settings) and name != "--steps":
             value = saved.get(name, settings.get(name))
             differ.append(f"{name} {'only in the saved run' if name in saved else 'only now'} ({value})")

@@ -217,8 +217,12 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
                     setattr(args, dest, value)
             if args.text == "generated":
                 args.text = None
+        args._prog = f"course train {objective}"
         if getattr(args, "force_resume", False):
             args.resume = True
+        if getattr(args, "checkpoint_dir", None) is None and getattr(args, "out", None):
+            # every run keeps its final training state, so it can be continued (--force-resume --steps N)
+            args.checkpoint_dir = str(Path(args.out) / "checkpoints")
         if getattr(args, "resume", False) and not _has_state(args):
             folder = getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints"
             print(
