@@ -247,6 +247,7 @@ def save_train_state(
     steps: int,
     history: History,
     finished: bool,
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write what :func:`~course_lib.train.fit` needs to resume exactly: the weights, the
     optimiser and gradient-scaler states, the steps done of ``steps``, the history and every
@@ -263,23 +264,33 @@ def save_train_state(
         "history": json.dumps(history.to_dict()),
         "rng": json.dumps(rng_state()),
         "torch": str(torch.__version__),
+        "extra": dict(extra or {}),
     }
     return _write_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_train_state(
-    path: Path | str, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, *, steps: int
-) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    path: Path | str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: Any,
+    *,
+    steps: int,
+    check: Callable[[Mapping[str, Any]], None] | None = None,
+) -> tuple[int, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Load a :func:`save_train_state` file into ``model``, ``optimizer`` and ``scaler``;
-    return ``(steps done, history as a dict, random states)``. A file of a run with another
-    number of ``steps`` (its learning-rate schedule differs) is a ``ValueError``; an
-    unreadable one names the file."""
+    return ``(steps done, history as a dict, random states, the extra data saved with it)``.
+    ``check(state)``, when given, vets the raw state before anything is loaded (and replaces
+    the check of ``steps``); without it a file of a run with another number of ``steps`` (its
+    learning-rate schedule differs) is a ``ValueError``. An unreadable file is named."""
     path = Path(path)
     try:
         state = torch.load(path, map_location=model_device(model), weights_only=True)
     except Exception as e:
         raise ValueError(f"{path}: not a readable training state ({e}); delete it to start afresh") from e
-    if state.get("steps") != steps:
+    if check is not None:
+        check(state)
+    elif state.get("steps") != steps:
         raise ValueError(
             f"{path} is the state of a run of {state.get('steps')} steps, this run has {steps}: "
             "resume with the same --steps, or use another --checkpoint-dir"
@@ -288,4 +299,9 @@ def load_train_state(
     optimizer.load_state_dict(state["optimizer"])
     if scaler is not None and state.get("scaler") is not None:
         scaler.load_state_dict(state["scaler"])
-    return int(state["done"]), json.loads(state["history"]), json.loads(state["rng"])
+    return (
+        int(state["done"]),
+        json.loads(state["history"]),
+        json.loads(state["rng"]),
+        dict(state.get("extra") or {}),
+    )

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextvars
 import csv
+import json
 import math
 import os
 import re
@@ -72,6 +73,9 @@ __all__ = [
     "shard_batch",
     "PRECISIONS",
     "SCHEDULES",
+    "current_step",
+    "resume_settings",
+    "ResumeMismatch",
 ]
 
 
@@ -265,6 +269,118 @@ def current_run() -> RunOptions:
     return run.options if run is not None else RunOptions()
 
 
+_STEP: contextvars.ContextVar[int | None] = contextvars.ContextVar("course_fit_step", default=None)
+
+
+def current_step() -> int | None:
+    """The optimiser step (0-based, within the running ``fit``) whose micro-batches the loss is
+    computing; ``None`` outside ``fit``. A loss with a schedule of its own (distillation's
+    soft/hard weight) reads it instead of counting its calls, so the schedule follows optimiser
+    steps under ``accumulate`` and continues where it was after a resume."""
+    return _STEP.get()
+
+
+class ResumeMismatch(ValueError):
+    """A resume whose settings differ from the saved run's (the message names each one)."""
+
+
+@dataclass(frozen=True)
+class _ResumeCheck:
+    settings: Mapping[str, Any]
+    force: bool
+
+
+_RESUME_CHECK: contextvars.ContextVar[_ResumeCheck | None] = contextvars.ContextVar(
+    "course_resume_check", default=None
+)
+
+
+@contextmanager
+def resume_settings(settings: Mapping[str, Any], *, force: bool = False) -> Iterator[None]:
+    """Every ``fit`` inside records ``settings`` (name -> JSON-safe value: the command's options
+    that define the run) in its training state, and a resume refuses a state whose recorded
+    settings differ (a :class:`ResumeMismatch` naming each one); ``force=True`` accepts the
+    differences (e.g. more ``--steps`` to continue a finished run), except a model of another
+    shape, which cannot be loaded."""
+    token = _RESUME_CHECK.set(_ResumeCheck(dict(settings), force))
+    try:
+        yield
+    finally:
+        _RESUME_CHECK.reset(token)
+
+
+def _loss_state_holders(loss_fn: Any) -> list[Any]:
+    """The random sources and counters a loss owns, which belong in the training state: the
+    ``torch.Generator`` objects among a ``functools.partial``'s arguments (XLNet's order
+    generator), and the loss itself (or the partial's function) when it has
+    ``state_dict``/``load_state_dict``."""
+    import functools
+
+    holders: list[Any] = []
+    fn = loss_fn
+    while isinstance(fn, functools.partial):
+        for v in [*fn.args, *fn.keywords.values()]:
+            if isinstance(v, torch.Generator):
+                holders.append(v)
+        fn = fn.func
+    for obj in (loss_fn, fn):
+        if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict") and obj not in holders:
+            holders.append(obj)
+    return holders
+
+
+def _holder_states(holders: list[Any]) -> list[Any]:
+    return [h.get_state() if isinstance(h, torch.Generator) else h.state_dict() for h in holders]
+
+
+def _set_holder_states(holders: list[Any], states: list[Any] | None) -> None:
+    if states is None:
+        return
+    if len(states) != len(holders):
+        raise ResumeMismatch(
+            f"the saved state holds {len(states)} loss-owned random sources or counters, this loss has "
+            f"{len(holders)}: not the same objective"
+        )
+    for h, st in zip(holders, states):
+        if isinstance(h, torch.Generator):
+            h.set_state(st)
+        else:
+            h.load_state_dict(st)
+
+
+def _batch_hash(batch: Any) -> str:
+    """A short hash of a batch's tensors (and other values): the data, tokenizer and batching
+    of a run, checked again when it resumes."""
+    import hashlib
+
+    h = hashlib.sha256()
+
+    def walk(b: Any) -> None:
+        if isinstance(b, torch.Tensor):
+            t = b.detach().cpu().contiguous()
+            h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        elif isinstance(b, Mapping):
+            for k in sorted(b, key=str):
+                h.update(str(k).encode())
+                walk(b[k])
+        elif isinstance(b, (list, tuple)):
+            for v in b:
+                walk(v)
+        else:
+            h.update(repr(b).encode())
+
+    walk(batch)
+    return h.hexdigest()[:16]
+
+
+def _model_signature(model: nn.Module) -> str:
+    import hashlib
+
+    text = ";".join(f"{k}:{tuple(v.shape)}" for k, v in model.state_dict().items())
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def distributed_info() -> tuple[int, int]:
     """``(rank, world size)``: ``(0, 1)`` unless ``torch.distributed`` is initialised."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -339,15 +455,59 @@ def _batch_iterator(batches: Iterable | Callable[[int], Any]) -> Iterator:
             return
 
 
-def _replay(it: Iterator, n: int) -> None:
+def _replay(it: Iterator, n: int) -> str | None:
     """Draw and drop ``n`` batches: a resumed run's stream (and any state the batch source
     keeps, such as a shuffled order or a private generator shared with a later ``fit``)
-    reaches where the stopped run was."""
-    for _ in range(n):
+    reaches where the stopped run was. Returns the hash of the first batch (checked against
+    the saved run's)."""
+    first = None
+    for k in range(n):
         try:
-            next(it)
+            batch = next(it)
         except StopIteration:
-            return
+            return first
+        if k == 0:
+            first = _batch_hash(batch)
+    return first
+
+
+def _check_resume(
+    state: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    signature: str,
+    steps: int,
+    state_file: Path,
+    *,
+    force: bool,
+) -> None:
+    """Refuse (:class:`ResumeMismatch`, one line naming each differing setting) a saved state
+    this run cannot continue; ``force`` accepts all differences but the model's shape."""
+    extra = state.get("extra") or {}
+    saved = json.loads(extra["settings"]) if extra.get("settings") else {"--steps": state.get("steps")}
+    differ = []
+
+    def show(v: Any) -> str:
+        return "default" if v is None else str(v)
+
+    for name in dict.fromkeys([*saved, *settings]):
+        if name in saved and name in settings and saved[name] != settings[name]:
+            differ.append(f"{name} {show(saved[name])} (saved) vs {show(settings[name])} (now)")
+        elif (name in saved) != (name in settings) and name != "--steps":
+            value = saved.get(name, settings.get(name))
+            differ.append(f"{name} {'only in the saved run' if name in saved else 'only now'} ({value})")
+    if extra.get("model") and signature and extra["model"] != signature:
+        raise ResumeMismatch(
+            f"cannot resume from {state_file}: the model has another shape (--size, --vocab-size, "
+            f"--max-len or the configuration differ)"
+            + (f"; also {', '.join(differ)}" if differ else "")
+            + "; use the run's options, or another --checkpoint-dir"
+        )
+    if differ and not force:
+        raise ResumeMismatch(
+            f"cannot resume from {state_file}: {', '.join(differ)}; use the run's options, "
+            "--force-resume to continue anyway (e.g. more --steps after a finished run), "
+            "or another --checkpoint-dir"
+        )
 
 
 def fit(
@@ -447,10 +607,35 @@ def fit(
     done = 0  # optimiser steps of this call already taken (restored on resume)
     rng = None
     state_file = Path(checkpoint) / "state.pt" if checkpoint is not None else None
+    holders = _loss_state_holders(loss_fn) if state_file is not None else []
+    check = _RESUME_CHECK.get()
+    # what defines this run: recorded in its state, compared when it resumes
+    settings: dict[str, Any] = {
+        "--steps": steps,
+        "--lr": lr,
+        "--accumulate": accumulate,
+        "--precision": precision,
+        "--schedule": schedule,
+        "--warmup": warmup,
+        "--weight-decay": weight_decay,
+        "--grad-clip": grad_clip,
+        "minimum learning-rate ratio": min_lr_ratio,
+    }
+    if check is not None:
+        settings.update(check.settings)
+    settings = json.loads(json.dumps(settings, default=str))
+    signature = _model_signature(model) if state_file is not None else ""
+    first_batch: str | None = None
+    extra: dict[str, Any] = {}
     if resume and state_file is not None and state_file.exists():
         from .checkpoints import load_train_state
 
-        done, restored, rng = load_train_state(state_file, model, optimizer, scaler, steps=steps)
+        def vet(state: Mapping[str, Any]) -> None:
+            _check_resume(state, settings, signature, steps, state_file, force=bool(check and check.force))
+
+        done, restored, rng, extra = load_train_state(
+            state_file, model, optimizer, scaler, steps=steps, check=vet
+        )
         history.__dict__.update(History.from_dict(restored).__dict__)
 
     def run_eval(step: int) -> None:
@@ -478,6 +663,12 @@ def fit(
                 steps=steps,
                 history=history,
                 finished=finished,
+                extra={
+                    "settings": json.dumps(settings),
+                    "model": signature,
+                    "first_batch": first_batch,
+                    "loss_state": _holder_states(holders),
+                },
             )
         if world > 1:
             torch.distributed.barrier()
@@ -503,8 +694,15 @@ def fit(
     if done:  # replay the batches drawn before the stop, then put the random states back
         from .checkpoints import set_rng_state
 
-        _replay(it, done * accumulate)
+        first_batch = _replay(it, done * accumulate)
+        saved_first = extra.get("first_batch")
+        if saved_first and first_batch and saved_first != first_batch and not (check and check.force):
+            raise ResumeMismatch(
+                f"cannot resume from {state_file}: the first batch differs from the saved run's "
+                "(other data, tokenizer, batching or seed); use the same options, or another --checkpoint-dir"
+            )
         set_rng_state(rng)
+        _set_holder_states(holders, extra.get("loss_state"))
     if done >= steps:  # a finished run: its final state is already loaded
         bar.close()
         log.close()
@@ -554,10 +752,16 @@ def fit(
                 except StopIteration:
                     exhausted = True
                     break
+                if first_batch is None and state_file is not None:
+                    first_batch = _batch_hash(batch)
                 batch = to_device(shard_batch(batch, rank, world), device)
                 try:
-                    with _precision_context(device, precision, mixed_precision):
-                        out = loss_fn(forward, batch)
+                    step_token = _STEP.set(i)
+                    try:
+                        with _precision_context(device, precision, mixed_precision):
+                            out = loss_fn(forward, batch)
+                    finally:
+                        _STEP.reset(step_token)
                     loss, metrics = out if isinstance(out, tuple) else (out, {})
                     if sync_every == 1 and not torch.isfinite(loss):
                         raise FloatingPointError(

@@ -46,6 +46,7 @@ fits; nothing here runs a model.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -255,8 +256,8 @@ class KDLoss:
     loss is :func:`distillation_loss` of the two models' logits (``logits(model, batch)``,
     default ``model(**inputs).logits`` on the batch without ``labels``) with the batch's
     ``labels`` (or none). The weight of the soft targets follows :func:`soft_weight` over
-    ``total_steps`` calls (``alpha_start`` -> ``alpha_end``; ``schedule="constant"`` keeps
-    ``alpha_start``). Metrics: ``soft``, ``hard``, ``alpha``.
+    ``total_steps`` optimiser steps of ``fit`` (calls outside it; ``alpha_start`` ->
+    ``alpha_end``; ``schedule="constant"`` keeps ``alpha_start``). Metrics: ``soft``, ``hard``, ``alpha``.
     """
 
     def __init__(
@@ -281,7 +282,19 @@ class KDLoss:
         )
         self.step = 0
 
+    def state_dict(self) -> dict[str, int]:
+        """The schedule's position (saved in :func:`~course_lib.train.fit`'s training state)."""
+        return {"step": self.step}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.step = int(state["step"])
+
     def __call__(self, model: nn.Module, batch) -> tuple[Tensor, dict[str, float]]:
+        from ..train import current_step
+
+        inside = current_step()  # fit's optimiser step: right under accumulation and resume
+        if inside is not None:
+            self.step = inside
         alpha = soft_weight(
             min(self.step, self.total_steps - 1),
             self.total_steps,

@@ -353,12 +353,12 @@ def run_recipe(
         with training_run(options):
             model, extra, history = train(text, device)
     except (ValueError, FileNotFoundError, FloatingPointError) as exc:
-        print(f"course {command}: {exc}", file=sys.stderr)
+        print(f"{getattr(args, '_prog', None) or 'course ' + command}: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
         if "out of memory" not in str(exc):
             raise
-        print(f"course {command}: {exc}", file=sys.stderr)
+        print(f"{getattr(args, '_prog', None) or 'course ' + command}: {exc}", file=sys.stderr)
         return 3
     seconds = time.perf_counter() - t0
     if rank != 0:  # rank 0 saves and reports

@@ -63,7 +63,7 @@ from ..objectives.distillation import (
     soft_weight,
     uniform_layer_map,
 )
-from ..train import History, fit, model_device
+from ..train import History, current_step, fit, model_device
 from .bert import (
     _check_labels,
     _split_tagged,
@@ -265,7 +265,11 @@ def _stage_loss(
 
     def loss_fn(run: Distiller, batch: Mapping[str, Tensor]) -> tuple[Tensor, dict[str, float]]:
         nonlocal calls
+        # the schedule follows fit's optimiser step (right under --accumulate and after a resume);
+        # counting calls only outside fit
         step, calls = calls, calls + 1
+        if current_step() is not None:
+            step = current_step()
         need = _NEEDS_STATES.get(stage)
         s = model_states(run.student, batch, hidden=need is not None, scores=need == "scores")
         if stage == "hard":

@@ -156,8 +156,53 @@ def _given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> 
     return given
 
 
+# options that do not change what a run computes: a resume may change them
+_FREE_TO_CHANGE = {
+    "out",
+    "device",
+    "checkpoint_every",
+    "checkpoint_dir",
+    "resume",
+    "force_resume",
+    "log_dir",
+    "tensorboard",
+    "compile",
+    "eval_every",
+    "config",
+    "func",
+    "command",
+    "steps",  # checked by fit itself (more steps continue a finished run with --force-resume)
+}
+
+
+def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
+    """The options that define a run (flag -> value), recorded in its training state: a
+    resume with any of them changed is refused (see :func:`course_lib.train.resume_settings`).
+    ``--data`` is the fingerprint of the text's files (names and contents)."""
+    from ..data.text_files import source_fingerprint
+
+    settings: dict[str, Any] = {"objective": objective}
+    for dest, value in sorted(vars(args).items()):
+        if dest.startswith("_") or dest in _FREE_TO_CHANGE:
+            continue
+        if dest == "text":
+            settings["--data"] = source_fingerprint(value)
+            continue
+        settings["--" + dest.replace("_", "-")] = (
+            value if isinstance(value, (int, float, str, bool)) else (None if value is None else str(value))
+        )
+    return settings
+
+
+def _has_state(args: argparse.Namespace) -> bool:
+    folder = Path(getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints")
+    return folder.is_dir() and any(folder.glob("*/state.pt"))
+
+
 def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
+        from ..train import resume_settings
+
         if getattr(args, "text", None) == "generated":
             args.text = None
         if getattr(args, "config", None):
@@ -172,7 +217,27 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
                     setattr(args, dest, value)
             if args.text == "generated":
                 args.text = None
-        return run(args)
+        args._prog = f"course train {objective}"
+        if getattr(args, "force_resume", False):
+            args.resume = True
+        if getattr(args, "checkpoint_dir", None) is None and getattr(args, "out", None):
+            # every run keeps its final training state, so it can be continued (--force-resume --steps N)
+            args.checkpoint_dir = str(Path(args.out) / "checkpoints")
+        if getattr(args, "resume", False) and not _has_state(args):
+            folder = getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints"
+            print(
+                f"course train {objective}: --resume: no training state in {folder} "
+                "(nothing to resume; drop --resume to start afresh)",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            settings = run_settings(args, objective)
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"course train {objective}: {exc}", file=sys.stderr)
+            return 2
+        with resume_settings(settings, force=getattr(args, "force_resume", False)):
+            return run(args)
 
     return cmd
 
@@ -203,6 +268,12 @@ def register(sub: Any) -> None:
         )
         q.add_argument(
             "--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)"
+        )
+        q.add_argument(
+            "--force-resume",
+            action="store_true",
+            help="resume although settings differ from the saved run's (e.g. more --steps to continue "
+            "a finished run); implies --resume",
         )
         q.set_defaults(**presets)
         q.set_defaults(func=_wrap(q.get_default("func"), q, objective))

@@ -1,0 +1,74 @@
+"""A resume refuses what it cannot continue: every setting that defines a run is recorded in
+its training state, and a resume with one changed exits non-zero with one line naming it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from course_lib.cli import main
+
+BASE = ["--data", "generated", "--size", "tiny", "--n-docs", "40", "--batch-size", "8", "--steps", "6"]
+
+
+def _train(out: Path, *extra: str) -> int:
+    return main(["train", "bert", *BASE, "--out", str(out), *extra])  # the final state is kept by default
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    assert _train(out) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "change,named",
+    [
+        (["--batch-size", "4"], "--batch-size 8 (saved) vs 4 (now)"),
+        (["--lr", "0.01"], "--lr"),
+        (["--seed", "3"], "--seed 0 (saved) vs 3 (now)"),
+        (["--n-docs", "41"], "--n-docs 40 (saved) vs 41 (now)"),
+        (["--precision", "fp32"], "--precision auto (saved) vs fp32 (now)"),
+        (["--accumulate", "2"], "--accumulate 1 (saved) vs 2 (now)"),
+        (["--schedule", "linear"], "--schedule cosine (saved) vs linear (now)"),
+        (["--vocab-size", "300"], "--vocab-size"),
+        (["--size", "small"], "another shape"),
+        (["--steps", "8"], "--steps 6 (saved) vs 8 (now)"),
+    ],
+)
+def test_a_resume_with_a_changed_setting_is_refused_naming_it(run, change, named, capsys):
+    capsys.readouterr()
+    assert _train(run, "--resume", *change) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and "cannot resume" in err
+    assert len(err.splitlines()) == 1, err
+
+
+def test_a_resume_with_other_data_is_refused(run, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("\n\n".join("A sentence of other text. Another one here." * 20 for _ in range(20)))
+    capsys.readouterr()
+    args = ["train", "bert", *BASE[2:], "--data", str(text), "--out", str(run), "--resume"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--data generated (saved) vs files:" in err and len(err.splitlines()) == 1
+
+
+def test_force_resume_continues_a_finished_run_for_more_steps(run, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "more"
+    shutil.copytree(run, copy)
+    assert _train(copy, "--force-resume", "--steps", "9") == 0
+    history = json.loads((copy / "model.json").read_text())["history"]
+    first = json.loads((run / "model.json").read_text())["history"]
+    assert history["steps"] == list(range(9)) and history["loss"][:6] == first["loss"]
+
+
+def test_resume_without_a_state_says_so(tmp_path, capsys):
+    assert _train(tmp_path / "new", "--resume") == 2
+    err = capsys.readouterr().err
+    assert "no training state" in err and len(err.strip().splitlines()) == 1
