@@ -4,8 +4,8 @@ The built pages must render math and run the widgets with no network, so MathJax
 RequireJS, the ipywidgets HTML manager and anywidget's front end are served from the book
 itself. They are downloaded once from the npm registry (pinned versions, checked against the
 registry's sha512 integrity), unpacked into ``_build/vendor`` (anywidget's comes from its
-installed Python package) and copied into the HTML root by Sphinx's ``html_extra_path`` (not ``_static``, whose every .js file Jupyter Book would add
-to every page).
+installed Python package) and copied into the HTML root by Sphinx's ``html_extra_path``
+(not ``_static``, whose every .js file Jupyter Book would add to every page).
 """
 
 from __future__ import annotations
@@ -171,7 +171,20 @@ def fetch_assets(vendor: Path, *, quiet: bool = False) -> Path:
     if not config.exists() or config.read_text() != REQUIRE_CONFIG_JS:
         config.write_text(REQUIRE_CONFIG_JS)
     vendor_anywidget(vendor)
+    _copy_widget_fonts(vendor)
     return vendor
+
+
+def _copy_widget_fonts(vendor: Path) -> None:
+    """The HTML manager's stylesheet asks for its icon fonts at ``<baseUrl>@jupyter-widgets/``
+    (webpack's public path), not in ``html-manager/dist`` where they are unpacked: copy them
+    there too, or every widget page logs failed font loads."""
+    dist = vendor / "@jupyter-widgets" / "html-manager" / "dist"
+    for font in dist.glob("*"):
+        if font.suffix in {".woff2", ".woff", ".ttf", ".eot", ".svg"}:
+            target = vendor / "@jupyter-widgets" / font.name
+            if not target.exists() or target.stat().st_size != font.stat().st_size:
+                shutil.copyfile(font, target)
 
 
 def vendor_anywidget(vendor: Path) -> Path:

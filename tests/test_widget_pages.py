@@ -54,6 +54,7 @@ class Opened:
         )
         self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
         self.page.on("pageerror", self._page_error)
+        self.page.on("requestfailed", lambda r: self.problems.append(f"failed: {r.url}"))
         t0 = time.perf_counter()
         self.page.goto(path.as_uri())
         self.page.wait_for_selector(ready, timeout=30000)
@@ -73,6 +74,13 @@ class Opened:
     def close(self):
         self.page.unroute_all(behavior="ignoreErrors")
         self.page.close()
+
+
+def set_range(page, selector: str, value) -> None:
+    """Move a range input as a drag would (its value, then an ``input`` event)."""
+    page.eval_on_selector(
+        selector, f"s => {{ s.value = '{value}'; s.dispatchEvent(new Event('input', {{bubbles: true}})); }}"
+    )
 
 
 def page_state(html_file):
@@ -211,12 +219,89 @@ def test_temperature_widget_is_live(pages, browser):
     page.press(".course-w-t", "Enter")
     check(4.0)
     # the slider (log10 T): move it to its right end, T = 10^1.5
-    page.eval_on_selector(
-        ".course-w-slider", "s => { s.value = '1.5'; s.dispatchEvent(new Event('input', {bubbles: true})); }"
-    )
+    set_range(page, ".course-w-slider", "1.5")
     check(float(np.float64(10) ** 1.5))
     page.fill(".course-w-t", "-1")
     page.press(".course-w-t", "Enter")
     assert "positive" in o.text(".course-w-temperature .course-w-message")
+    assert o.problems == [], o.problems
+    o.close()
+
+
+def test_masking_widget_is_live(pages, browser):
+    w = wp.masking_demo()
+    o = Opened(browser, pages / "masking.html", ".course-w-masking .course-w-draw")
+    page = o.page
+
+    def check(text: str, rate: float, seed: int):
+        ref = type(w)(w.model, w.tokenizer, text=text, mlm_probability=rate, seed=seed, k=w.k).draw()
+        rows = page.evaluate(
+            "Array.from(document.querySelectorAll('.course-w-draw tr')).slice(1).map(r => "
+            "Array.from(r.cells).map(c => c.textContent))"
+        )
+        expected = [
+            [
+                r.token,
+                "yes" if r.chosen else "",
+                r.action,
+                r.shown,
+                ", ".join(f"{t} {p:.2f}" for t, p in r.predictions),
+            ]
+            for r in ref.rows
+        ]
+        assert rows == expected, (text, rate, seed)
+        assert o.text(".course-w-masking .course-w-summary") == ref.to_text().splitlines()[-1]
+
+    check(wp.MASK_TEXTS[0], 0.3, 0)
+    seen = set()
+    for k in range(1, wp.MASK_SEEDS + 1):  # redraw: the next seed, then back to the first
+        page.click(".course-w-redraw")
+        check(wp.MASK_TEXTS[0], 0.3, k % wp.MASK_SEEDS)
+        seen.add(o.text(".course-w-draw"))
+    assert len(seen) > 1, "redraw never changed the draw"
+    for rate in (1.0, 0.0, 0.65):  # the slider (an index into the rates 0, 0.05, ..., 1)
+        set_range(page, ".course-w-rate", round(rate / 0.05))
+        check(wp.MASK_TEXTS[0], rate, 0)
+    page.select_option(".course-w-sentence", "1")  # another precomputed sentence
+    check(wp.MASK_TEXTS[1], 0.65, 0)
+    page.click(".course-w-redraw")
+    check(wp.MASK_TEXTS[1], 0.65, 1)
+    page.fill(".course-w-typed", "My own sentence.")  # needs the model: the page says so
+    page.press(".course-w-typed", "Enter")
+    assert "run the notebook" in o.text(".course-w-masking .course-w-message")
+    assert o.problems == [], o.problems
+    o.close()
+
+
+def test_attention_widget_is_live(pages, browser):
+    ex = wp.attention_demo()
+    o = Opened(browser, pages / "attention.html", ".course-w-attention .course-w-map")
+    page = o.page
+
+    def check(kind: str, layer: int, head: int, t: float = 1.0):
+        m = ex.matrix(kind, layer, head, t)
+        cells = page.evaluate(
+            "Array.from(document.querySelectorAll('.course-w-map td')).map(td => "
+            "[+td.dataset.q, +td.dataset.k, +td.dataset.v])"
+        )
+        shown = np.zeros_like(m)
+        for q, k, v in cells:
+            shown[q, k] = v
+        assert len(cells) == m.size and np.allclose(shown, m, atol=2e-4), (kind, layer, head, t)
+
+    check("encoder", 0, 0)
+    set_range(page, ".course-w-head", 1)
+    check("encoder", 0, 1)
+    set_range(page, ".course-w-layer", 1)
+    check("encoder", 1, 1)
+    set_range(page, ".course-w-temp", "-0.3")  # T = 10^-0.3: sharper
+    check("encoder", 1, 1, 10**-0.3)
+    page.select_option(".course-w-kind", "decoder")
+    set_range(page, ".course-w-layer", 2)
+    check("decoder", 2, 1, 10**-0.3)
+    assert page.eval_on_selector(".course-w-layer", "s => s.max") == "2"
+    set_range(page, ".course-w-temp", "0")
+    set_range(page, ".course-w-head", 0)
+    check("decoder", 2, 0)
     assert o.problems == [], o.problems
     o.close()

@@ -61,10 +61,51 @@ def temperature_demo():
     return TemperatureWidget(TEMP_LOGITS, TEMP_LABELS, true_index=1, temperature=1.0)
 
 
+MASK_TEXTS = ["The cat sleeps on the mat.", "A dog barks at the old house."]
+MASK_SEEDS = 3
+
+
+def tiny_bert():
+    """A WordPiece tokenizer of 400 tokens and a 2-layer random BERT over it."""
+    from course_lib.data import generate_documents, train_wordpiece
+    from course_lib.models.bert import BertConfig, BertForMaskedLM
+
+    tok = train_wordpiece(generate_documents(40, seed=1), vocab_size=400)
+    torch.manual_seed(0)
+    cfg = BertConfig.from_course(
+        vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=2, d_ff=64, max_len=64, dropout=0.0
+    )
+    return BertForMaskedLM(cfg).eval(), tok
+
+
+def masking_demo():
+    from course_lib.widgets import MaskingWidget
+
+    model, tok = tiny_bert()
+    return MaskingWidget(model, tok, text=MASK_TEXTS[0], mlm_probability=0.3, seed=0, k=3)
+
+
+def attention_demo():
+    """Two kinds of attention with random weights (rows that sum to 1, the decoder's causal)."""
+    from course_lib.widgets import AttentionExplorer
+
+    g = torch.Generator().manual_seed(0)
+    enc = [torch.softmax(torch.randn(2, 4, 4, generator=g) * 2, -1) for _ in range(2)]
+    causal = torch.ones(3, 3).tril().bool()
+    dec = [
+        torch.softmax((torch.randn(2, 3, 3, generator=g) * 2).masked_fill(~causal, -1e9), -1)
+        for _ in range(3)
+    ]
+    labels = {"encoder": (["a", "b", "c", "d"],) * 2, "decoder": (["<s>", "x", "y"],) * 2}
+    return AttentionExplorer({"encoder": enc, "decoder": dec}, labels)
+
+
 # page name -> the code of its one cell
 PAGES = {
     "permutation": f"permutation_demo().widget(n_samples={N_SAMPLES})",
     "temperature": "temperature_demo().widget()",
+    "masking": f"masking_demo().widget(texts={MASK_TEXTS[1:]!r}, n_seeds={MASK_SEEDS})",
+    "attention": "attention_demo().widget()",
 }
 
 
