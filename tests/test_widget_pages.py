@@ -305,3 +305,51 @@ def test_attention_widget_is_live(pages, browser):
     check("decoder", 2, 0)
     assert o.problems == [], o.problems
     o.close()
+
+
+def test_parameter_counter_is_live(pages, browser):
+    from course_lib.widgets import ParameterCounter
+    from course_lib.widgets.parameters import PRESETS
+
+    o = Opened(browser, pages / "parameters.html", ".course-w-parameters .course-w-counts")
+    page = o.page
+
+    def check(report):
+        rows = page.evaluate(
+            "Array.from(document.querySelectorAll('.course-w-counts tr')).slice(1).map(r => "
+            "Array.from(r.cells).map(c => c.textContent.trim()))"
+        )
+        expected = []
+        for part, n, share, ref in report.rows():
+            label = report._label(part)
+            expected.append([label, f"{n:,}", f"{share:.1%}"] + ([f"{ref:,}"] if ref is not None else []))
+        assert [[r[0].lstrip("■ ")] + r[1:] for r in rows] == expected
+        assert o.text(".course-w-parameters .course-w-summary") == report.summary()
+        assert o.text(".course-w-parameters .course-w-message") == ""
+
+    def set_value(name: str, value) -> None:
+        page.fill(f".course-w-{name}", str(value))
+        page.press(f".course-w-{name}", "Enter")
+
+    counter = ParameterCounter("ALBERT-base")
+    check(counter.report())
+    page.select_option(".course-w-sharing", "ffn")
+    check(counter.update(sharing="ffn"))
+    set_value("hidden_size", 770)  # 12 heads do not divide 770: Python's message
+    with pytest.raises(ValueError) as info:
+        counter.update(hidden_size=770)
+    assert o.text(".course-w-parameters .course-w-message") == str(info.value)
+    set_value("num_attention_heads", 10)
+    check(counter.update(hidden_size=770, num_attention_heads=10))
+    for preset in PRESETS:  # every published size
+        page.select_option(".course-w-preset", preset)
+        check(ParameterCounter(preset).report())
+    page.select_option(".course-w-model", "ALBERT")  # BERT-xxlarge sizes as an ALBERT
+    check(ParameterCounter("ALBERT-xxlarge").report())
+    page.select_option(".course-w-heads", "pretraining")
+    page.uncheck(".course-w-pooler")
+    assert "pooler" in o.text(".course-w-parameters .course-w-message")
+    page.check(".course-w-pooler")
+    check(ParameterCounter("ALBERT-xxlarge", heads="pretraining").report())
+    assert o.problems == [], o.problems
+    o.close()

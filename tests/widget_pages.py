@@ -100,12 +100,15 @@ def attention_demo():
     return AttentionExplorer({"encoder": enc, "decoder": dec}, labels)
 
 
+from course_lib.widgets import ParameterCounter  # noqa: E402, F401  (the parameters page uses it)
+
 # page name -> the code of its one cell
 PAGES = {
     "permutation": f"permutation_demo().widget(n_samples={N_SAMPLES})",
     "temperature": "temperature_demo().widget()",
     "masking": f"masking_demo().widget(texts={MASK_TEXTS[1:]!r}, n_seeds={MASK_SEEDS})",
     "attention": "attention_demo().widget()",
+    "parameters": 'ParameterCounter("ALBERT-base").widget()',
 }
 
 
