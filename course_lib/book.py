@@ -1,11 +1,11 @@
 """``course book``: fetch the book's offline assets and build the HTML with Jupyter Book 1.
 
-The built pages must render math and widget snapshots with no network, so MathJax,
-RequireJS and the ipywidgets HTML manager are served from the book itself. They are
-downloaded once from the npm registry (pinned versions, checked against the registry's
-sha512 integrity), unpacked into ``_build/vendor`` and copied into the HTML root by
-Sphinx's ``html_extra_path`` (not ``_static``, whose every .js file Jupyter Book would add
-to every page).
+The built pages must render math and run the widgets with no network, so MathJax,
+RequireJS, the ipywidgets HTML manager and anywidget's front end are served from the book
+itself. They are downloaded once from the npm registry (pinned versions, checked against the
+registry's sha512 integrity), unpacked into ``_build/vendor`` (anywidget's comes from its
+installed Python package) and copied into the HTML root by Sphinx's ``html_extra_path``
+(not ``_static``, whose every .js file Jupyter Book would add to every page).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ASSETS", "fetch_assets", "build_book", "project_root", "register"]
+__all__ = ["ASSETS", "fetch_assets", "vendor_anywidget", "build_book", "project_root", "register"]
 
 
 @dataclass(frozen=True)
@@ -170,14 +170,49 @@ def fetch_assets(vendor: Path, *, quiet: bool = False) -> Path:
     config = vendor / "requirejs" / "course-config.js"
     if not config.exists() or config.read_text() != REQUIRE_CONFIG_JS:
         config.write_text(REQUIRE_CONFIG_JS)
+    vendor_anywidget(vendor)
+    _copy_widget_fonts(vendor)
     return vendor
+
+
+def _copy_widget_fonts(vendor: Path) -> None:
+    """The HTML manager's stylesheet asks for its icon fonts at ``<baseUrl>@jupyter-widgets/``
+    (webpack's public path), not in ``html-manager/dist`` where they are unpacked: copy them
+    there too, or every widget page logs failed font loads."""
+    dist = vendor / "@jupyter-widgets" / "html-manager" / "dist"
+    for font in dist.glob("*"):
+        if font.suffix in {".woff2", ".woff", ".ttf", ".eot", ".svg"}:
+            target = vendor / "@jupyter-widgets" / font.name
+            if not target.exists() or target.stat().st_size != font.stat().st_size:
+                shutil.copyfile(font, target)
+
+
+def vendor_anywidget(vendor: Path) -> Path:
+    """Copy the installed anywidget's front end (its AMD module, ``nbextension/index.js``) to
+    ``vendor/anywidget.js``: the HTML manager's RequireJS asks for module ``anywidget`` at the
+    ``baseUrl`` that ``course-config.js`` sets (the HTML root) before any CDN, so the course's
+    widgets run their JavaScript in the offline book. The copy comes from the Python package
+    (no download), so it matches the ``_model_module_version`` the widgets' state names."""
+    from importlib import resources
+
+    try:
+        source = resources.files("anywidget") / "nbextension" / "index.js"
+        code = source.read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError):
+        raise RuntimeError(
+            "anywidget is not installed: pip install 'anywidget>=0.9' (the widgets need it)"
+        ) from None
+    target = vendor / "anywidget.js"
+    if not target.exists() or target.read_bytes() != code:
+        target.write_bytes(code)
+    return target
 
 
 def _library_fingerprint() -> str:
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for path in sorted(here.rglob("*")):
-        if path.suffix in {".py", ".json", ".tsv"} and "__pycache__" not in path.parts:
+        if path.suffix in {".py", ".js", ".json", ".tsv"} and "__pycache__" not in path.parts:
             h.update(str(path.relative_to(here)).encode())
             h.update(path.read_bytes())
     return h.hexdigest()

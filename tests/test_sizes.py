@@ -406,41 +406,18 @@ def test_plot_breakdown():
         plot_breakdown({})
 
 
-# --- the widget's callbacks (ipywidgets runs them synchronously) -----------------------------------
+# --- the widget (its page logic is checked in a browser: tests/test_widget_pages.py) -------------
 
 
-def test_counter_widget_callbacks():
-    pytest.importorskip("ipywidgets")
-    counter = ParameterCounter()
-    box = counter.widget()
-    assert box.children and counter.draws == 1 and "11,683,584" in counter.table_w.value
-    assert not counter.size_ws["embedding_size"].disabled
-
-    counter.sharing_w.value = "ffn"
-    assert counter.last.total == 37_686_528 and "37,686,528" in counter.table_w.value and counter.draws == 2
-
-    counter.size_ws["hidden_size"].value = 770  # not divisible by 12 heads: a message, the old table
-    assert "not divisible" in counter.message_w.value and counter.draws == 2
-    assert counter.settings["hidden_size"] == 768 and "37,686,528" in counter.table_w.value
-    counter.size_ws["num_attention_heads"].value = 10  # 770 / 10 heads: fine again
-    assert counter.message_w.value == "" and counter.settings["hidden_size"] == 770 and counter.draws == 3
-
-    counter.preset_w.value = "BERT-large"  # every control at once, one recount
-    assert counter.draws == 4 and counter.last.total == 335_141_888
-    assert counter.model_w.value == "BERT" and counter.size_ws["hidden_size"].value == 1024
-    assert counter.size_ws["embedding_size"].disabled and counter.sharing_w.disabled
-    counter.size_ws["num_hidden_layers"].value = 12  # a change by hand leaves the preset
-    assert counter.preset_w.value == "custom" and counter.draws == 5
-
-    counter.model_w.value = "ALBERT"
-    assert counter.last.reference is not None and not counter.sharing_w.disabled
-    counter.pooler_w.value = False
-    counter.heads_w.value = "pretraining"  # NSP/SOP needs the pooler: a message
-    assert "pooler" in counter.message_w.value and counter.heads is None
-    counter.pooler_w.value = True  # now it fits
-    assert (
-        counter.message_w.value == ""
-        and counter.heads == "pretraining"
-        and counter.last.breakdown["heads"] > 0
-    )
-    plt.close("all")
+def test_counter_widget_carries_what_the_page_counts_from():
+    pytest.importorskip("anywidget")
+    counter = ParameterCounter("ALBERT-base", heads="mlm")
+    data = counter.widget().data
+    assert data["presets"] == PRESETS and data["settings"] == counter.settings and data["heads"] == "mlm"
+    assert data["fixed"] == {
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "num_hidden_groups": 1,
+        "inner_group_num": 1,
+        "tie_word_embeddings": True,
+    }

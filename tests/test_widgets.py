@@ -47,7 +47,7 @@ def test_transformer_attention_drops_padding():
     assert w["encoder-decoder attention"][2].shape == (2, 3, 3)
 
 
-def test_explorer_widget_callbacks_update_the_plot():
+def test_explorer_widget_carries_every_map():
     m = small_model()
     src, tgt = torch.tensor([[4, 5, 6, 7]]), torch.tensor([[1, 7, 8]])
     w = transformer_attention(m, src, tgt)
@@ -59,20 +59,18 @@ def test_explorer_widget_callbacks_update_the_plot():
         for k in w
     }
     ex = AttentionExplorer(w, labels)
-    box = ex.widget()
-    assert ex.draws == 1  # interactive_output renders once at creation
-    first = ex.last.copy()
-    assert np.allclose(first, w["encoder self-attention"][0][0].numpy(), atol=1e-6)
-    ex.head_w.value = 1
-    assert ex.draws == 2 and np.allclose(ex.last, w["encoder self-attention"][0][1].numpy(), atol=1e-6)
-    ex.temp_w.value = 0.1  # sharper: each row's maximum grows
-    assert (ex.last.max(-1) >= apply_temperature(w["encoder self-attention"][0][1], 1.0).max(-1) - 1e-9).all()
-    ex.kind_w.value = "decoder self-attention"
-    assert ex.layer_w.max == 2  # the layer slider follows the chosen kind
-    ex.layer_w.value = 2
-    assert ex.last.shape == (3, 3)
-    assert np.triu(ex.last, 1).max() == 0  # decoder self-attention is causal
-    assert box.children[1] is ex.out
+    data = ex.widget(kind="decoder self-attention").data
+    assert data["kind"] == "decoder self-attention" and data["kinds"] == list(w)
+    for kind, layers in w.items():
+        assert len(data["weights"][kind]) == len(layers)
+        for layer, x in enumerate(layers):
+            assert np.allclose(np.array(data["weights"][kind][layer]), x.numpy(), atol=1e-5)
+        assert data["labels"][kind] == [list(labels[kind][0]), list(labels[kind][1])]
+    with pytest.raises(ValueError, match="unknown kind"):
+        ex.widget(kind="cross")
+    # the figure path (no widget) still draws the chosen head
+    fig = ex.draw("encoder self-attention", 0, 1, 0.5)
+    assert fig.axes and np.allclose(ex.last, apply_temperature(w["encoder self-attention"][0][1], 0.5))
 
 
 def test_explorer_rejects_bad_input():

@@ -48,6 +48,7 @@ def test_mlm_probability_zero_and_one(model, tok):
     assert not d.rows[0].chosen and not d.rows[-1].chosen, "special tokens are never chosen"
     assert d.n_chosen == len(d.rows) - 2
 
+
 def test_rows_are_consistent_with_the_actions(model, tok):
     w = MaskingWidget(model, tok, text=LONG, mlm_probability=0.6, seed=3, k=4)
     d = w.draw()
@@ -148,27 +149,32 @@ def test_masking_widget_rejects_bad_input(model, tok):
 # --- masking widget: the ipywidgets callbacks ---------------------------------------------------
 
 
-def test_masking_widget_callbacks(model, tok):
-    w = MaskingWidget(model, tok, text="The cat sleeps.", mlm_probability=0.15)
-    box = w.widget()
-    assert w.draws == 1 and all(f"<td>{r.token}</td>" in w.table_w.value for r in w.last.rows[1:-1])
-    w.text_w.value = LONG  # typing a sentence redraws
-    assert w.last.text == LONG and w.draws == 2
-    assert all(f"<td>{r.token}</td>" in w.table_w.value for r in w.last.rows[1:-1])
-    w.mlm_probability_w.value = 1.0  # moving the slider redraws at the new probability
-    assert w.last.mlm_probability == 1.0 and w.last.n_chosen == len(w.last.rows) - 2
-    assert w.table_w.value.count("<tr") == len(w.last.rows) + 1
-    before = w.last.actions.clone()
-    seed = w.seed
-    w.button_w.click()  # the redraw button draws a new mask
-    assert w.seed == seed + 1 and w.draws == 4
-    w.mlm_probability_w.value = 0.5
-    w.button_w.click()
-    w.button_w.click()
-    assert w.draws == 7 and not torch.equal(before, w.last.actions)
-    w.text_w.value = ""  # an empty sentence shows an error instead of raising
-    assert "empty" in w.table_w.value and w.last.text == LONG
-    assert len(box.children) == 3
+def test_masking_widget_precomputes_every_reachable_draw(model, tok):
+    w = MaskingWidget(model, tok, text="The cat sleeps.", mlm_probability=0.3, seed=2, k=3)
+    data = w.widget(texts=[LONG], n_seeds=2).data
+    assert w.draws == 0 and w.seed == 2 and w.text == "The cat sleeps."  # the widget's state untouched
+    assert [s["text"] for s in data["sentences"]] == ["The cat sleeps.", LONG]
+    assert data["rates"][0] == 0.0 and data["rates"][-1] == 1.0 and data["rates"][data["rate"]] == 0.3
+    vocab = data["vocab"]
+    for s in data["sentences"]:
+        for r, rate in enumerate(data["rates"]):
+            for k in range(2):
+                ref = MaskingWidget(model, tok, text=s["text"], mlm_probability=rate, seed=2 + k, k=3).draw()
+                d = s["draws"][r][k]
+                assert [vocab[i] for i in s["tokens"]] == [row.token for row in ref.rows]
+                assert d["a"] == [row.action for row in ref.rows]
+                assert [vocab[i] for i in d["s"]] == [row.shown for row in ref.rows]
+                for preds, row in zip(d["p"], ref.rows):
+                    assert [vocab[t] for t, _ in preds] == [t for t, _ in row.predictions]
+                    assert [p for _, p in preds] == pytest.approx([p for _, p in row.predictions], abs=1e-4)
+    # with a kernel, a typed sentence is drawn on request
+    answer = w._answer({"text": "A dog barks.", "rates": [0.5], "n_seeds": 1})
+    ref = MaskingWidget(model, tok, text="A dog barks.", mlm_probability=0.5, seed=2, k=3).draw()
+    assert [answer["vocab"][i] for i in answer["sentence"]["draws"][0][0]["s"]] == [r.shown for r in ref.rows]
+    with pytest.raises(ValueError, match="empty"):
+        w._answer({"text": "  ", "rates": [0.5], "n_seeds": 1})
+    with pytest.raises(ValueError, match="empty"):
+        w.widget(texts=["  "])
 
 
 # --- attention viewer -----------------------------------------------------------------------------
@@ -203,12 +209,11 @@ def test_bert_attention_explorer_widget_draws_the_chosen_head(model, tok):
     ]
     weights, _ = bert_attention(model, tok, ["The cat sleeps.", "A dog barks loudly."])
     box = explorer.widget()
-    explorer.kind_w.value = "A dog barks loudly."
-    explorer.layer_w.value = 1
-    explorer.head_w.value = 1
-    assert explorer.last is not None
     torch.testing.assert_close(
-        torch.as_tensor(explorer.last).float(), weights["A dog barks loudly."][1][1], atol=1e-6, rtol=1e-5
+        torch.tensor(box.data["weights"]["A dog barks loudly."][1][1]).float(),
+        weights["A dog barks loudly."][1][1],
+        atol=1e-5,
+        rtol=0,
     )
     fig = explorer.draw("The cat sleeps.", 0, 0)
     assert fig.axes and box is not None

@@ -297,57 +297,42 @@ def test_plot_draws_both_grids_with_one_legend():
 # ---------------------------------------------------------------------------------------
 
 
-def test_widget_without_a_model_follows_the_order():
+def test_widget_without_a_model_carries_the_order_and_the_samples():
     w = PermutationWidget(TOKENS, seed=4)
     assert w.last.order == sample_orders([5], 4)[0].tolist() and w.probs is None
-    box = w.widget()
-    assert w.order_w.value == w.order_text and "probability" not in w.table_w.value
-    w.order_w.value = "3 2 4 1 5"  # typing an order (counted from 1) redraws
-    assert w.last.order == [2, 1, 3, 0, 4] and w.draws == 2 and w.message_w.value == ""
-    assert "order 3 -&gt; 2 -&gt; 4 -&gt; 1 -&gt; 5" in w.table_w.value
-    assert np.array_equal(w.last.query, permutation_view(TOKENS, [2, 1, 3, 0, 4]).query)
-    before = w.table_w.value
-    w.order_w.value = "3 3 4 1 5"  # a bad order: a message, the last good one stays
-    assert "appears more than once" in w.message_w.value and "leaves out position 2" in w.message_w.value
-    assert w.last.order == [2, 1, 3, 0, 4] and w.table_w.value == before and w.draws == 2
-    w.sample_w.click()  # a sampled order with the next seed; the text box follows it
-    assert w.seed == 5 and w.last.order == sample_orders([5], 5)[0].tolist()
-    assert w.order_w.value == w.order_text and w.message_w.value == "" and w.draws == 3
-    w.ltr_w.click()
-    assert w.last.order == [0, 1, 2, 3, 4] and w.order_w.value == "1 2 3 4 5" and w.draws == 4
-    w.sort_w.value = True  # re-plots, same order
-    assert w.draws == 4 and len(box.children) == 4
-    plt.close("all")
+    box = w.widget(n_samples=3)
+    data = box.data
+    assert data["tokens"] == TOKENS and data["order"] == w.last.order and not data["has_model"]
+    # "sample" in the page walks through the orders the Python widget's sample() would draw
+    assert data["samples"] == [sample_orders([5], 4 + k)[0].tolist() for k in (1, 2, 3)]
+    for expected in data["samples"]:
+        assert w.sample().order == expected
+    assert data["log_probs"] == {} and "export default" in box._esm
+    assert w._answer({"key": "0 1 2 3 4", "order": [0, 1, 2, 3, 4]}) is None  # nothing to compute
 
 
-def test_widget_with_a_model_shows_each_steps_probability(model):
+def test_widget_with_a_model_precomputes_each_steps_probability(model):
     ids = torch.tensor([5, 17, 2, 9, 21])
     w = PermutationWidget(TOKENS, model=model, ids=ids, order=[4, 0, 1, 2, 3])
-    w.widget()
-    fp = factorised_probabilities(model, ids, [4, 0, 1, 2, 3])
-    assert w.probs.order == [4, 0, 1, 2, 3] and w.probs.log_prob == pytest.approx(fp.log_prob)
-    assert "probability" in w.table_w.value and f"{fp.probabilities[0]:.4f}" in w.table_w.value
-    assert f"{fp.product:.4g}" in w.table_w.value
-    w.order_w.value = "3, 2, 4, 1, 5"
+    data = w.widget(n_samples=4).data
+    assert data["has_model"] and {"4 0 1 2 3", "0 1 2 3 4"} <= set(data["log_probs"])
+    assert len(data["log_probs"]) <= 6
+    for key, logp in data["log_probs"].items():
+        fp = factorised_probabilities(model, ids, [int(x) for x in key.split()])
+        assert logp == pytest.approx(fp.log_probs.tolist(), abs=1e-6)
+    # with a kernel, an order the page does not hold is computed on request
     fp = factorised_probabilities(model, ids, PAPER_ORDER + (5,), one_based=True)
-    assert w.probs.log_prob == pytest.approx(fp.log_prob) and f"{fp.product:.4g}" in w.table_w.value
-    text = w.last.to_text(w.probs)
-    assert "probability" in text.splitlines()[0] and f"{fp.probabilities[-1]:.4f}" in text
+    answer = w._answer({"key": "2 1 3 0 4", "order": [2, 1, 3, 0, 4]})
+    assert answer["log_probs"] == pytest.approx(fp.log_probs.tolist(), abs=1e-6)
+    with pytest.raises(ValueError, match="more than once"):
+        w._answer({"key": "x", "order": [0, 0, 1, 2, 3]})
     with pytest.raises(ValueError, match="the probabilities are for the order"):
         permutation_view(TOKENS, [0, 1, 2, 3, 4]).to_html(w.probs)
-    plt.close("all")
 
 
-def test_permutation_widget_builds_the_box(model):
-    box = permutation_widget(TOKENS, order="3 2 4 1 5")
-    text, sample = box.children[0].children[:2]
-    table = box.children[3]
-    assert text.value == "3 2 4 1 5" and "(nothing)" in table.value
-    sample.click()  # seed 0 -> 1
-    sampled = [p + 1 for p in sample_orders([5], 1)[0].tolist()]
-    assert text.value == " ".join(map(str, sampled)) and " -&gt; ".join(map(str, sampled)) in table.value
-    text.value = "5 4 3 2 1"
-    assert "order 5 -&gt; 4 -&gt; 3 -&gt; 2 -&gt; 1" in table.value
-    with_model = permutation_widget(TOKENS, model=model, ids=[1, 2, 3, 4, 5], seed=1)
-    assert "probability" in with_model.children[3].value
-    plt.close("all")
+def test_kernel_requests_land_in_extra(model):
+    box = permutation_widget(TOKENS, model=model, ids=[1, 2, 3, 4, 5], seed=1)
+    box._on_request(box, {"key": "4 3 2 1 0", "order": [4, 3, 2, 1, 0]}, [])
+    box._on_request(box, {"key": "bad", "order": [4, 4, 2, 1, 0]}, [])
+    assert len(box.extra["4 3 2 1 0"]["log_probs"]) == 5
+    assert "more than once" in box.extra["bad"]["error"]

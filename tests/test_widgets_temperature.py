@@ -45,7 +45,11 @@ def test_plot_and_widget():
     assert len(fig.axes) == 1
     w = TemperatureWidget(LOGITS, LABELS, true_index=1)
     box = w.widget()
-    assert "T = 1" in w.summary() and "cow" in w.table_w.value
-    w.slider_w.value = 10.0
-    assert w.temperature == pytest.approx(10.0) and "T = 10" in w.table_w.value
-    assert len(box.children) == 2
+    assert "T = 1" in w.summary() and "cow" in w.view.to_html()
+    assert box.data == {
+        "labels": LABELS,
+        "logits": pytest.approx(list(LOGITS)),
+        "true_index": 1,
+        "temperature": 1.0,
+    }
+    assert "export default" in box._esm

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..viz import figure_png, plot_attention, to_numpy
+from ..viz import plot_attention, to_numpy
 
 __all__ = ["apply_temperature", "AttentionExplorer", "transformer_attention"]
 
@@ -101,35 +101,25 @@ class AttentionExplorer:
         fig.tight_layout()
         return fig
 
-    def widget(self, kind: str | None = None):
-        """An ipywidgets box: kind, layer, head, temperature controls over a live plot."""
-        import ipywidgets as widgets
-        import matplotlib.pyplot as plt
-        from IPython.display import display
-
+    def front_data(self, kind: str | None = None, digits: int = 5) -> dict:
+        """What the page draws from: every kind's weights (rounded to ``digits`` decimals),
+        its axis labels and the starting kind; the temperature is applied in the page."""
         kind = kind or self.kinds[0]
-        self.kind_w = widgets.Dropdown(options=self.kinds, value=kind, description="attention")
-        self.layer_w = widgets.IntSlider(value=0, min=0, max=self.n_layers[kind] - 1, description="layer")
-        self.head_w = widgets.IntSlider(value=0, min=0, max=self.n_heads[kind] - 1, description="head")
-        self.temp_w = widgets.FloatLogSlider(
-            value=1.0, base=10, min=-1, max=1, step=0.05, description="temperature"
-        )
-        self.out = widgets.Output()
+        if kind not in self.weights:
+            raise ValueError(f"unknown kind {kind!r}; choose one of {self.kinds}")
+        return {
+            "kinds": self.kinds,
+            "kind": kind,
+            "labels": {k: [list(map(str, v[0])), list(map(str, v[1]))] for k, v in self.labels.items()},
+            "weights": {
+                k: [np.round(x.astype(np.float64), digits).tolist() for x in layers]
+                for k, layers in self.weights.items()
+            },
+        }
 
-        def on_kind(change):
-            k = change["new"]
-            self.layer_w.max = self.n_layers[k] - 1
-            self.head_w.max = self.n_heads[k] - 1
+    def widget(self, kind: str | None = None):
+        """Kind, layer, head and temperature controls over the map: an anywidget that draws
+        :meth:`matrix` in the page from the weights in its state (no kernel needed)."""
+        from .front import live_widget
 
-        def render(kind, layer, head, temperature):
-            fig = self.draw(kind, layer, head, temperature)
-            display(figure_png(fig))
-            plt.close(fig)
-
-        self.kind_w.observe(on_kind, names="value")
-        self.out = widgets.interactive_output(
-            render,
-            {"kind": self.kind_w, "layer": self.layer_w, "head": self.head_w, "temperature": self.temp_w},
-        )
-        controls = widgets.VBox([self.kind_w, self.layer_w, self.head_w, self.temp_w])
-        return widgets.HBox([controls, self.out])
+        return live_widget("attention", self.front_data(kind))

@@ -14,7 +14,9 @@ more sentences into the input of :class:`~course_lib.widgets.attention.Attention
 tokens.
 
 The logic (``MaskingWidget.draw``, ``bert_attention``) runs without a notebook; ``widget()``
-only wires ipywidgets controls to it.
+precomputes the draws a reader can reach (every rate on the slider, a few seeds, a few
+sentences) and the page's JavaScript (``js/masking.js``) shows them, so the widget responds
+in the HTML book without a kernel.
 """
 
 from __future__ import annotations
@@ -136,8 +138,9 @@ class MaskingWidget:
 
     The masking is the recipe's (:func:`~course_lib.recipes.bert.make_masker`, kept in
     ``.masker``). ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also
-    kept in ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a text
-    box, an ``mlm_probability`` slider and a "redraw" button whose callbacks call these methods.
+    kept in ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a
+    sentence menu, an ``mlm_probability`` slider and a "redraw" button over draws precomputed
+    with these methods.
     """
 
     def __init__(
@@ -230,47 +233,79 @@ class MaskingWidget:
         self.draws += 1
         return self.last
 
-    def widget(self):
-        """Text box, ``mlm_probability`` slider and redraw button over the table of the last draw."""
-        import ipywidgets as widgets
+    def _draw_at(self, text: str, mlm_probability: float, seed: int) -> MaskingDraw:
+        """One draw for a sentence, rate and seed, leaving the widget's own state as it was."""
+        saved = (self.text, self.masker, self.seed, self.last, self.draws)
+        try:
+            self.text, self.seed = text, int(seed)
+            self.masker = replace(self.masker, mlm_probability=float(mlm_probability))
+            return self.draw()
+        finally:
+            self.text, self.masker, self.seed, self.last, self.draws = saved
 
-        self.text_w = widgets.Text(
-            value=self.text,
-            description="sentence",
-            continuous_update=False,
-            layout=widgets.Layout(width="95%"),
-        )
-        self.mlm_probability_w = widgets.FloatSlider(
-            value=self.mlm_probability,
-            min=0.0,
-            max=1.0,
-            step=0.05,
-            description="mlm_probability",
-            continuous_update=False,
-        )
-        self.button_w = widgets.Button(description="redraw", tooltip="a new random draw")
-        self.table_w = widgets.HTML()
+    def _sentence_draws(self, text: str, rates: list[float], n_seeds: int, vocab: dict[str, int]) -> dict:
+        """Every draw of one sentence (``rates`` x seeds ``seed .. seed + n_seeds - 1``), with
+        tokens as indices into ``vocab`` (which grows)."""
 
-        def show(result_or_error) -> None:
-            if isinstance(result_or_error, Exception):
-                self.table_w.value = f"<p style='color:#b00'>{html.escape(str(result_or_error))}</p>"
-            else:
-                self.table_w.value = result_or_error.to_html()
+        def ix(token: str) -> int:
+            return vocab.setdefault(token, len(vocab))
 
-        def safely(fn, *args) -> None:
-            try:
-                show(fn(*args))
-            except ValueError as exc:
-                show(exc)
+        draws = []
+        for rate in rates:
+            per_rate = []
+            for k in range(n_seeds):
+                d = self._draw_at(text, rate, self.seed + k)
+                per_rate.append(
+                    {
+                        "a": [r.action for r in d.rows],
+                        "s": [ix(r.shown) for r in d.rows],
+                        "p": [[[ix(t), round(p, 4)] for t, p in r.predictions] for r in d.rows],
+                    }
+                )
+            draws.append(per_rate)
+        tokens = [ix(self.tokenizer.id_to_token(i)) for i in self.tokenizer.encode(text).ids]
+        return {"text": text, "tokens": tokens, "draws": draws}
 
-        self.text_w.observe(lambda change: safely(self.set_text, change["new"]), names="value")
-        self.mlm_probability_w.observe(
-            lambda change: safely(self.set_mlm_probability, change["new"]), names="value"
-        )
-        self.button_w.on_click(lambda _: safely(self.redraw))
-        safely(self.draw)
-        controls = widgets.HBox([self.mlm_probability_w, self.button_w])
-        return widgets.VBox([self.text_w, controls, self.table_w])
+    def front_data(self, texts: Sequence[str] | None = None, n_seeds: int = 6) -> dict:
+        """What the page shows, precomputed: for each sentence (``texts``, default the current
+        one; the current one first), each masking rate on the slider (0, 0.05, ..., 1 and the
+        current one) and ``n_seeds`` seeds from the current seed on (what "redraw" steps
+        through), the draw (what each position became) and the model's top-k predictions."""
+        texts = list(dict.fromkeys([self.text, *(texts or [])]))
+        for t in texts:
+            if not t.strip():
+                raise ValueError("type a sentence first: one of the texts is empty")
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be at least 1, got {n_seeds}")
+        rates = sorted({round(i * 0.05, 2) for i in range(21)} | {round(self.mlm_probability, 4)})
+        vocab: dict[str, int] = {}
+        sentences = [self._sentence_draws(t, rates, n_seeds, vocab) for t in texts]
+        return {
+            "rates": rates,
+            "rate": rates.index(round(self.mlm_probability, 4)),
+            "seed": self.seed,
+            "n_seeds": n_seeds,
+            "vocab": list(vocab),
+            "sentences": sentences,
+        }
+
+    def _answer(self, request: dict) -> dict:
+        """With a kernel: every draw of a sentence typed in the widget (same layout, own vocab)."""
+        text = str(request.get("text", ""))
+        if not text.strip():
+            raise ValueError("type a sentence first: the text is empty")
+        vocab: dict[str, int] = {}
+        rates = [float(r) for r in request.get("rates", [])]
+        sentence = self._sentence_draws(text, rates, int(request.get("n_seeds", 1)), vocab)
+        return {"vocab": list(vocab), "sentence": sentence}
+
+    def widget(self, texts: Sequence[str] | None = None, n_seeds: int = 6):
+        """A sentence menu (``texts``; with a kernel also a box to type one), a masking-rate
+        slider and a "redraw" button over the table of the draw: an anywidget that stays live
+        in the HTML book, where every draw it can show was precomputed (:meth:`front_data`)."""
+        from .front import live_widget
+
+        return live_widget("masking", self.front_data(texts, n_seeds), self._answer)
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ Sizes that cannot make a model (a hidden size the heads do not divide, a zero) g
 message, not a crash.
 
 The logic (:func:`size_config`, :class:`ParameterCounter`, :class:`SizeReport`,
-:func:`plot_breakdown`) runs without a notebook; ``ParameterCounter.widget()`` only wires
-ipywidgets controls to it.
+:func:`plot_breakdown`) runs without a notebook; ``ParameterCounter.widget()`` counts with
+the same formulas in the page (``js/parameters.js``, checked against this module in a
+browser test), so it responds in the HTML book without a kernel.
 """
 
 from __future__ import annotations
@@ -325,109 +326,28 @@ class ParameterCounter:
         self.draws += 1
         return plot_breakdown(bars)
 
-    def widget(self):
-        """Preset, model, size and sharing controls over the table and the bars."""
-        import ipywidgets as widgets
-        import matplotlib.pyplot as plt
-        from IPython.display import display
-
-        from ..viz import figure_png
-
-        s = self.settings
-        self.preset_w = widgets.Dropdown(options=["custom", *PRESETS], value="custom", description="preset")
-        self.model_w = widgets.ToggleButtons(options=list(MODELS), value=s["model"], description="model")
-        self.size_ws = {
-            name: widgets.BoundedIntText(value=s[name], min=0, max=10**7, description=label)
-            for name, label in (
-                ("vocab_size", "V (vocab)"),
-                ("embedding_size", "E (embed)"),
-                ("hidden_size", "H (hidden)"),
-                ("num_hidden_layers", "L (layers)"),
-                ("num_attention_heads", "heads"),
-                ("intermediate_size", "I (FFN)"),
-            )
+    def front_data(self) -> dict:
+        """What the page counts from: the presets, the current settings, and the sizes the
+        controls do not change (positions, token types, ALBERT's groups, tied decoder)."""
+        config = self.report().config
+        return {
+            "presets": PRESETS,
+            "settings": self.settings,
+            "pooler": self.pooler,
+            "heads": self.heads,
+            "sharing_modes": list(SHARING_MODES),
+            "fixed": {
+                "max_position_embeddings": config.max_position_embeddings,
+                "type_vocab_size": config.type_vocab_size,
+                "num_hidden_groups": getattr(config, "num_hidden_groups", 1),
+                "inner_group_num": getattr(config, "inner_group_num", 1),
+                "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", True)),
+            },
         }
-        self.sharing_w = widgets.Dropdown(
-            options=list(SHARING_MODES), value=s["sharing"], description="sharing"
-        )
-        self.pooler_w = widgets.Checkbox(value=self.pooler, description="pooler")
-        self.heads_w = widgets.Dropdown(
-            options=[("none", None), ("MLM", "mlm"), ("MLM + NSP/SOP", "pretraining")],
-            value=self.heads,
-            description="heads",
-        )
-        self.table_w = widgets.HTML()
-        self.plot_w = widgets.Output()
-        self.message_w = widgets.HTML()
-        syncing = False
 
-        def show(report: SizeReport) -> None:
-            self.message_w.value = ""
-            self.table_w.value = report.to_html()
-            fig = self.draw(report)
-            with self.plot_w:
-                self.plot_w.clear_output(wait=True)
-                display(figure_png(fig))
-            plt.close(fig)
+    def widget(self):
+        """Preset, model, size and sharing controls over the table and the bars: an anywidget
+        that counts in the page with the formulas of :func:`parameter_breakdown` (no kernel)."""
+        from .front import live_widget
 
-        def bert_only() -> None:
-            is_bert = self.model_w.value == "BERT"
-            self.size_ws["embedding_size"].disabled = is_bert
-            self.sharing_w.disabled = is_bert
-
-        def on_change(change=None) -> None:
-            nonlocal syncing
-            if syncing:
-                return
-            if change is not None and change["owner"] is not self.preset_w:
-                syncing = True  # a hand-made change: the sizes are no longer the preset's
-                self.preset_w.value = "custom"
-                syncing = False
-            bert_only()
-            changes = {name: w.value for name, w in self.size_ws.items()}
-            if self.model_w.value == "BERT":
-                changes["embedding_size"] = changes["hidden_size"]
-            try:
-                report = self.update(
-                    model=self.model_w.value,
-                    sharing=self.sharing_w.value,
-                    pooler=self.pooler_w.value,
-                    heads=self.heads_w.value,
-                    **changes,
-                )
-            except ValueError as exc:
-                self.message_w.value = f"<p style='color:#b00'>{html.escape(str(exc))}</p>"
-                return
-            show(report)
-
-        def on_preset(change) -> None:
-            nonlocal syncing
-            if change["new"] == "custom":
-                return
-            preset = PRESETS[change["new"]]
-            syncing = True  # set every control, then recount once
-            try:
-                self.model_w.value = preset["model"]
-                self.sharing_w.value = preset["sharing"]
-                for name, w in self.size_ws.items():
-                    w.value = preset[name]
-            finally:
-                syncing = False
-            on_change()
-
-        self.preset_w.observe(on_preset, names="value")
-        for w in (self.model_w, self.sharing_w, self.pooler_w, self.heads_w, *self.size_ws.values()):
-            w.observe(on_change, names="value")
-        bert_only()
-        show(self.update())
-        sizes = list(self.size_ws.values())
-        controls = widgets.VBox(
-            [
-                self.preset_w,
-                self.model_w,
-                widgets.HBox([widgets.VBox(sizes[:3]), widgets.VBox(sizes[3:])]),
-                widgets.HBox([self.sharing_w, self.pooler_w, self.heads_w]),
-                self.message_w,
-            ]
-        )
-        return widgets.VBox([controls, self.table_w, self.plot_w])
+        return live_widget("parameters", self.front_data())

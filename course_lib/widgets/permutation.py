@@ -25,8 +25,10 @@ makes, and keeps each step's term instead of only their sum.
 Positions are 0-based in code, as everywhere in the library; the widget's text box, its
 axes and its table count from 1, as the paper does (``one_based=True`` in
 :func:`permutation_view` and :func:`check_order` reads an order that way).
-:func:`plot_permutation_masks` draws a view without a kernel (for the built book);
-:class:`PermutationWidget` wires ipywidgets controls to the same functions.
+:func:`plot_permutation_masks` draws a view as a figure; :class:`PermutationWidget` shows it
+in a widget whose masks and table are computed in the page (``js/permutation.js``, the same
+rules as :func:`permutation_view`, checked against it in a browser test), so it responds in
+the HTML book without a kernel.
 """
 
 from __future__ import annotations
@@ -501,63 +503,40 @@ class PermutationWidget:
     def table_html(self) -> str:
         return self.last.to_html(self.probs)
 
-    def widget(self):
+    def front_data(self, n_samples: int = 16) -> dict:
+        """What the page's front end needs (JSON): the tokens, the current order, the next
+        ``n_samples`` sampled orders (what "sample" shows, seed after seed) and, with a model,
+        each step's log-probability for those orders and left to right (keyed by the 0-based
+        order joined with spaces). The masks and the table are computed in the page."""
+        samples = [sample_orders([self.n], self.seed + k)[0].tolist() for k in range(1, n_samples + 1)]
+        data = {"tokens": self.tokens, "order": list(self.last.order), "samples": samples}
+        data["has_model"] = self.model is not None
+        data["log_probs"] = {}
+        if self.model is not None:
+            for order in [list(self.last.order), list(range(self.n)), *samples]:
+                key = " ".join(map(str, order))
+                if key not in data["log_probs"]:
+                    logp = factorised_probabilities(self.model, self.ids, order).log_probs
+                    data["log_probs"][key] = [float(x) for x in logp]
+        return data
+
+    def _answer(self, request: dict) -> dict | None:
+        """The kernel's answer to the page asking for an order it does not hold."""
+        if self.model is None:
+            return None
+        order = check_order(request.get("order", []), self.n)
+        return {
+            "log_probs": [float(x) for x in factorised_probabilities(self.model, self.ids, order).log_probs]
+        }
+
+    def widget(self, n_samples: int = 16):
         """Order text box, "sample" and "left to right" buttons and a "sort by the order" box
-        over the two grids, the table and a line for messages."""
-        import ipywidgets as widgets
-        import matplotlib.pyplot as plt
-        from IPython.display import display
+        over the two grids and the table: an anywidget that stays live in the HTML book
+        (:mod:`course_lib.widgets.front`); with a kernel it also computes the probabilities
+        of orders that were not precomputed."""
+        from .front import live_widget
 
-        from ..viz import figure_png
-
-        self.order_w = widgets.Text(
-            value=self.order_text,
-            description="order",
-            placeholder=" ".join(str(i + 1) for i in range(self.n)),
-            continuous_update=False,
-        )
-        self.sample_w = widgets.Button(description="sample", tooltip="a random order (the next seed)")
-        self.ltr_w = widgets.Button(description="left to right", tooltip="1 2 ... T")
-        self.sort_w = widgets.Checkbox(value=False, description="sort by the order")
-        self.message_w = widgets.HTML()
-        self.plot_w = widgets.Output()
-        self.table_w = widgets.HTML()
-        syncing = False
-
-        def show() -> None:
-            nonlocal syncing
-            self.message_w.value = ""
-            syncing = True  # the text box follows the order without drawing it again
-            try:
-                self.order_w.value = self.order_text
-            finally:
-                syncing = False
-            self.table_w.value = self.table_html()
-            fig = self.figure(sort_by_order=self.sort_w.value)
-            with self.plot_w:
-                self.plot_w.clear_output(wait=True)
-                display(figure_png(fig))
-            plt.close(fig)
-
-        def safely(fn, *args) -> None:
-            try:
-                fn(*args)
-            except ValueError as exc:
-                self.message_w.value = f"<p style='color:#b00'>{html.escape(str(exc))}</p>"
-                return
-            show()
-
-        def on_text(change) -> None:
-            if not syncing:
-                safely(self.set_order, change["new"])
-
-        self.order_w.observe(on_text, names="value")
-        self.sample_w.on_click(lambda _: safely(self.sample))
-        self.ltr_w.on_click(lambda _: safely(self.left_to_right))
-        self.sort_w.observe(lambda _: show(), names="value")
-        show()
-        controls = widgets.HBox([self.order_w, self.sample_w, self.ltr_w, self.sort_w])
-        return widgets.VBox([controls, self.message_w, self.plot_w, self.table_w])
+        return live_widget("permutation", self.front_data(n_samples), self._answer)
 
 
 def permutation_widget(
@@ -568,6 +547,6 @@ def permutation_widget(
     order: str | Sequence[int] | Tensor | None = None,
     seed: int = 0,
 ):
-    """The ipywidgets box of a :class:`PermutationWidget`:
+    """The widget of a :class:`PermutationWidget`:
     ``permutation_widget("New York is a city".split(), order="3 2 4 1 5")``."""
     return PermutationWidget(tokens, model=model, ids=ids, order=order, seed=seed).widget()

@@ -114,7 +114,7 @@ def plot_softened(view: SoftenedView, ax=None):
 class TemperatureWidget:
     """A slider for :math:`T` over one row of logits: the softened distribution, its entropy and
     the teacher's wrong answers in order. The logic is :meth:`set_temperature` (tested without
-    a browser); :meth:`widget` wires it to ipywidgets."""
+    a browser); :meth:`widget` shows it in a widget that computes the same in the page."""
 
     def __init__(
         self, logits, labels: Sequence[str], *, true_index: int | None = None, temperature: float = 1.0
@@ -138,24 +138,18 @@ class TemperatureWidget:
             text += "; wrong answers in the teacher's order: " + ", ".join(f"{w} {q:.3f}" for w, q in wrong)
         return text
 
+    def front_data(self) -> dict:
+        """What the page computes from: the logits, the labels, the right answer, the starting T."""
+        return {
+            "labels": self.labels,
+            "logits": [float(x) for x in self.logits],
+            "true_index": self.true_index,
+            "temperature": self.temperature,
+        }
+
     def widget(self):
-        import ipywidgets as widgets
+        """A log-scale slider and a box for :math:`T` over the table and the summary: an
+        anywidget that computes :meth:`set_temperature`'s view in the page (no kernel needed)."""
+        from .front import live_widget
 
-        self.slider_w = widgets.FloatLogSlider(
-            value=self.temperature,
-            base=10,
-            min=-0.5,
-            max=1.5,
-            step=0.05,
-            description="T",
-            continuous_update=False,
-        )
-        self.table_w = widgets.HTML()
-
-        def show(_=None) -> None:
-            self.set_temperature(self.slider_w.value)
-            self.table_w.value = self.view.to_html() + f"<p>{html.escape(self.summary())}</p>"
-
-        self.slider_w.observe(show, names="value")
-        show()
-        return widgets.VBox([self.slider_w, self.table_w])
+        return live_widget("temperature", self.front_data())
