@@ -12,6 +12,8 @@ STAMP := $(VENV)/.course-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export COURSE_CACHE ?= $(abspath _build/cache)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# every target checks: a chapter claim that fails is an error (a reader's kernel shows a notice)
+export COURSE_STRICT_CLAIMS := 1
 
 .PHONY: book test test-portable bands install system-deps release clean help
 
