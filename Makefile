@@ -12,14 +12,20 @@ STAMP := $(VENV)/.course-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export COURSE_CACHE ?= $(abspath _build/cache)
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# every target checks: a chapter claim that fails is an error (a reader's kernel shows a notice)
+export COURSE_STRICT_CLAIMS := 1
 
-.PHONY: book test test-portable bands install system-deps release clean help
+.PHONY: book test test-portable test-bf16 gpu-check bands install system-deps release clean help
 
 help:
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book"
 	@echo "make test   - set up .venv, then run the whole test suite"
 	@echo "make test-portable - run every chapter (claims and checked outputs) as another machine would:"
 	@echo "                     other CPU kernels, one thread, every model trained afresh"
+	@echo "make test-bf16 - run every chapter (claims and checked outputs) under a GPU's numerics on the CPU:"
+	@echo "                 bf16 autocast (COURSE_PRECISION=bf16), its own model cache (slow: ~30 CPU-minutes)"
+	@echo "make gpu-check - on a CUDA machine: every chapter, the claims, course bench at BERT-base size,"
+	@echo "                 train --compile and torchrun; report in _build/gpu-check/ (<= 5 minutes)"
 	@echo "make bands  - re-measure every chapter claim under several seeds and kernel sets (slow)"
 
 $(STAMP): pyproject.toml
@@ -75,6 +81,19 @@ test-portable: $(STAMP)
 	rm -rf $(PORTABLE_CACHE)
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 COURSE_CACHE=$(PORTABLE_CACHE) \
 	  $(BIN)/python -m pytest book --nbval-lax --nbval-current-env --durations=5
+
+# A GPU's numerics, on the CPU: every chapter trains under bf16 autocast (the code path CUDA
+# takes, COURSE_PRECISION=bf16); the models are cached under keys that include the precision,
+# in their own folder. Every claim and every exactly-checked output must still hold.
+BF16_CACHE := $(abspath _build/cache-bf16)
+test-bf16: $(STAMP)
+	COURSE_PRECISION=bf16 COURSE_DEVICE=cpu COURSE_CACHE=$(BF16_CACHE) \
+	  $(BIN)/python -m pytest book --nbval-lax --nbval-current-env --durations=5
+
+# The one prepared GPU check (benchmarks/gpu_check.py): writes _build/gpu-check/report.{json,md}
+# after every step, downloads nothing.
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py
 
 bands: $(STAMP)
 	$(BIN)/python benchmarks/claim_bands.py

@@ -20,6 +20,8 @@ with its own empty model cache so that every model is trained afresh under that 
 CPU kernels; with another ``OMP_NUM_THREADS`` reductions sum in another order: together the
 cheapest stand-in for another machine. ``COURSE_SEED_OFFSET`` shifts every
 ``seed_everything`` seed (model initialisation and dropout; the data stay the same).
+``COURSE_PRECISION=bf16`` (the ``-bf16`` setting) trains and evaluates every chapter under bf16
+autocast on the CPU, the code path a GPU takes: a band must hold under a GPU's numerics too.
 """
 
 from __future__ import annotations
@@ -37,13 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "_build" / "bands"
 TABLE = ROOT / "benchmarks" / "claim_bands.md"
 
-# (name, ATEN_CPU_CAPABILITY, OMP_NUM_THREADS, COURSE_SEED_OFFSET)
+# (name, ATEN_CPU_CAPABILITY, OMP_NUM_THREADS, COURSE_SEED_OFFSET[, COURSE_PRECISION])
 GRID = [
     ("seed0-avx2-2t", "avx2", "2", "0"),
     ("seed0-default-1t", "default", "1", "0"),
     ("seed1-avx2-1t", "avx2", "1", "1"),
     ("seed2-default-2t", "default", "2", "2"),
     ("seed0-avx512-2t", "avx512", "2", "0"),  # a CPU's native kernels where it has AVX-512
+    # a GPU's numerics: every model trained under bf16 autocast (course_lib.device), on the CPU
+    ("seed0-avx2-2t-bf16", "avx2", "2", "0", "bf16"),
 ]
 
 RUNNER = """
@@ -54,8 +58,9 @@ execute_notebook(Path(sys.argv[1]), timeout=1800)
 """
 
 
-def run_one(chapter: Path, setting: tuple[str, str, str, str]) -> tuple[str, str, float, str]:
-    name, capability, threads, offset = setting
+def run_one(chapter: Path, setting: tuple[str, ...]) -> tuple[str, str, float, str]:
+    name, capability, threads, offset = setting[:4]
+    precision = setting[4] if len(setting) > 4 else "auto"
     log = OUT / f"claims-{chapter.stem}-{name}.jsonl"
     env = dict(os.environ)
     env.update(
@@ -70,6 +75,7 @@ def run_one(chapter: Path, setting: tuple[str, str, str, str]) -> tuple[str, str
         COURSE_CLAIMS_CHAPTER=chapter.stem,
         COURSE_CLAIMS_SETTING=name,
         COURSE_DEVICE="cpu",
+        COURSE_PRECISION=precision,  # auto is float32 on the CPU; bf16 is bf16 autocast
         PYDEVD_DISABLE_FILE_VALIDATION="1",
     )
     done = OUT / f"done-{chapter.stem}-{name}"
@@ -77,12 +83,18 @@ def run_one(chapter: Path, setting: tuple[str, str, str, str]) -> tuple[str, str
         return chapter.stem, name, 0.0, "done before (delete _build/bands/done-* to measure again)"
     log.unlink(missing_ok=True)  # this run's records replace the last run's
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(chapter)], env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(chapter)], env=env, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - t0
     (OUT / f"log-{chapter.stem}-{name}.txt").write_text(proc.stdout + proc.stderr)
     if proc.returncode == 0:
         done.write_text(f"{seconds:.0f} s\n")
-    status = "ok" if proc.returncode == 0 else f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+    status = (
+        "ok"
+        if proc.returncode == 0
+        else f"failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+    )
     return chapter.stem, name, seconds, status
 
 
@@ -103,7 +115,8 @@ def summarise(logs: Path | list[Path]) -> str:
         "# Claim bands: every chapter claim under several seeds, kernels and thread counts",
         "",
         "Made by `benchmarks/claim_bands.py` (see its docstring). A setting is "
-        "`seed<COURSE_SEED_OFFSET>-<CPU kernels>-<threads>`; every setting trains its models afresh. "
+        "`seed<COURSE_SEED_OFFSET>-<CPU kernels>-<threads>[-bf16]` (`-bf16`: under bf16 autocast, "
+        "`COURSE_PRECISION=bf16`); every setting trains its models afresh. "
         "`ok` means every measured value lies inside the band the chapter asserts.",
         "",
         "| chapter | claim | band | " + " | ".join(settings) + " | range | ok |",
@@ -114,10 +127,15 @@ def summarise(logs: Path | list[Path]) -> str:
         present = [v for v in vals if v is not None]
         lo = "-inf" if row["low"] is None else f"{row['low']:.4g}"
         hi = "inf" if row["high"] is None else f"{row['high']:.4g}"
-        ok = all((row["low"] is None or v >= row["low"]) and (row["high"] is None or v <= row["high"]) for v in present)
+        ok = all(
+            (row["low"] is None or v >= row["low"]) and (row["high"] is None or v <= row["high"])
+            for v in present
+        )
         cells = " | ".join("" if v is None else f"{v:.4g}" for v in vals)
         rng = f"{min(present):.4g} to {max(present):.4g}" if present else ""
-        out.append(f"| {chapter} | {statement} | [{lo}, {hi}] | {cells} | {rng} | {'yes' if ok else '**NO**'} |")
+        out.append(
+            f"| {chapter} | {statement} | [{lo}, {hi}] | {cells} | {rng} | {'yes' if ok else '**NO**'} |"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -11,28 +11,38 @@ What is measured, in one run on one device (``--device``, default
    Before anything is timed, both compute the loss and the logits of the benchmark batch in
    eval mode (float32); the largest absolute difference is printed, and a difference above
    ``1e-4`` stops the run (:class:`ParityError`): a fast model that computes something else
-   would be no result.
+   would be no result. The **gradients** are compared too (:func:`check_gradients`: forward
+   and backward in eval mode, every parameter's gradient within ``1e-3`` of its tensor's
+   largest entry): a fast backward pass that computes something else is no result either.
 2. **A training step** = forward with labels, backward, ``AdamW.step()``, ``zero_grad()``, in
    training mode (dropout on, as in pretraining). BERT: masked-LM labels on 15% of the
    positions (those replaced by a mask id) plus a next-sentence label; ALBERT the same with a
    sentence-order label; XLNet its own objective: a random factorisation order per sequence,
    the last 15% of each order predicted from the two-stream attention (``perm_mask`` and
    ``target_mapping``, labels ``[batch, num_predict]``). Both sides get the same tensors.
-   After two warm-up steps each, the steps alternate (course, HF, course, HF, ...) so that a
-   change of machine load hits both alike; the **median** seconds per step is reported, with
-   tokens per second (``batch * seq / step``) and the ratio course / HF (below 1: course_lib
-   is faster). ``--dtype bf16`` runs the forward pass of both under ``torch.autocast``.
+   After two warm-up steps each, the steps alternate (course, HF, matmul peak, course, HF,
+   peak, ...) so that a change of machine load hits all three alike; the **median** seconds
+   per step is reported with its spread (interquartile range and min-max of each side, and
+   the interquartile range of the paired per-round ratios), tokens per second
+   (``batch * seq / step``) and the ratio course / HF of the medians (below 1: course_lib is
+   faster). ``--dtype bf16`` runs the forward pass of both under ``torch.autocast``.
 3. **Achieved FLOP/s.** :func:`training_flops` counts the matrix-product FLOPs of a step
    analytically (the formula is in its docstring; it agrees with
    :class:`torch.utils.flop_counter.FlopCounterMode`, see :func:`count_flops`), divided by the
    measured step time. :func:`matmul_peak` measures what the device reaches on large square
-   matrix products (best of several), and each side's FLOP/s is printed as a fraction of it.
+   matrix products (best of several) once before the models are built, and
+   :func:`time_interleaved` times a call of such products between every pair of steps: each
+   side's FLOP/s is printed as a fraction of the median of *those* interleaved peaks, which
+   ran under the same load as the steps.
    The same FLOP count is used for both sides: it is the work of the algorithm, not of either
    implementation (Hugging Face's XLNet, for one, projects the relative encodings once per
    sequence where one projection per batch suffices; that extra work is not counted).
-4. **Output**: one line naming the machine (CPU, :func:`course_lib.device.describe_device`,
-   torch and transformers versions, threads, date), the matmul peak, the parity checks, then
-   a Markdown table; ``--json PATH`` also writes every number (and every step time) as JSON.
+4. **Output** (:func:`describe_run`): one line naming the machine (CPU,
+   :func:`course_lib.device.describe_device`, torch and transformers versions, threads, date),
+   the CPU, its thread count and the load average before and after, the shape, the matmul
+   peak, the parity checks, then a Markdown table; ``--json PATH`` also writes every number
+   (and every step time) as JSON, ``--markdown PATH`` the printed report as Markdown (the
+   training appendix includes the one in ``book/generated/bench.md``, never a typed table).
 
 On a machine that other work keeps busy the step times scatter (the JSON keeps every one);
 compare ratios from one run, not times across runs. Times are measurements, never
@@ -41,7 +51,7 @@ two sides agree and that the FLOP formula is right.
 
     course bench [--batch 16] [--seq 128] [--layers 4] [--hidden 256] [--heads 4]
                  [--repeats 10] [--models bert,albert,xlnet] [--threads N]
-                 [--device cpu] [--dtype fp32|bf16] [--json PATH]
+                 [--device cpu] [--dtype fp32|bf16] [--json PATH] [--markdown PATH]
 """
 
 from __future__ import annotations
@@ -80,12 +90,16 @@ __all__ = [
     "build_pair",
     "make_batch",
     "check_parity",
+    "check_gradients",
+    "spread",
+    "load_average",
     "training_flops",
     "count_flops",
     "matmul_peak",
     "time_interleaved",
     "run",
     "format_table",
+    "describe_run",
     "machine_line",
     "register",
     "main",
@@ -94,9 +108,12 @@ __all__ = [
 MODELS = ("bert", "albert", "xlnet")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PARITY_TOL = 1e-4  # max |course - HF| of the loss and of the logits (float32, eval mode)
+FLOOR_FRACTION = 1e-4  # a gradient tensor's scale is at least this share of the model's largest entry
+GRAD_TOL = 1e-3  # max |g_course - g_hf| / max |g_hf| over every parameter tensor (float32, eval mode)
 MASK_FRACTION = 0.15  # share of positions with an MLM label / of XLNet's order that is predicted
 MASK_ID = 4  # the id that replaces the masked positions (any id of the vocabulary would do)
 FIRST_ID = 5  # random token ids are drawn from [FIRST_ID, vocab): the ids below are "special"
+GENERATED_NOTE = "<!-- generated by `course bench --markdown`: do not edit, run it again -->\n\n"
 WARMUP = 2  # untimed steps per side (the first step also allocates AdamW's state)
 
 
@@ -277,6 +294,59 @@ def check_parity(
     return diffs
 
 
+def check_gradients(
+    name: str, ours: nn.Module, hf: nn.Module, batch: Mapping[str, Tensor], *, tol: float = GRAD_TOL
+) -> float:
+    """Largest relative difference of course_lib's and Hugging Face's parameter gradients.
+
+    Both run forward and backward on ``batch`` in eval mode (float32, no dropout). Hugging
+    Face's gradients are then mapped onto course_lib's parameter names by the same code that
+    copied the weights: a copy of the HF model whose *weights are its gradients* is loaded with
+    ``from_hf`` (the name maps, transposes and fused projections are linear, so they map
+    gradients as they map weights). Per tensor, ``max |g_course - g_hf| / max |g_hf|`` (the
+    denominator at least ``1e-4`` of the largest gradient entry of the model); the largest over
+    all tensors is returned, :class:`ParityError` when it exceeds ``tol``.
+    Gradients are cleared again and the models left in training mode.
+    """
+    import copy
+
+    ours.eval()
+    hf.eval()
+    try:
+        ours.zero_grad(set_to_none=True)
+        hf.zero_grad(set_to_none=True)
+        ours(**batch).loss.backward()
+        hf(**batch).loss.backward()
+        as_weights = copy.deepcopy(hf).cpu()
+        with torch.no_grad():  # parameters() yields a tied matrix once, in the same order on both
+            for p, q in zip(as_weights.parameters(), hf.parameters(), strict=True):
+                p.copy_(q.grad if q.grad is not None else torch.zeros_like(q))
+                p.grad = None
+        mapped = dict(type(ours).from_hf(as_weights).named_parameters())
+        # a gradient that is zero in exact arithmetic (a key's bias: softmax ignores a shift) is
+        # rounding noise on both sides: it is measured against a floor, not its own size
+        floor = FLOOR_FRACTION * max(t.abs().max().item() for t in mapped.values())
+        worst, where = 0.0, ""
+        for pname, p in ours.named_parameters():
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            ref = mapped[pname].to(g.device)
+            diff = (g - ref).abs().max().item()
+            rel = diff / max(ref.abs().max().item(), floor, 1e-30)
+            if not rel <= worst:  # NaN too
+                worst, where = rel, pname
+    finally:
+        ours.zero_grad(set_to_none=True)
+        hf.zero_grad(set_to_none=True)
+        ours.train()
+        hf.train()
+    if not worst <= tol:
+        raise ParityError(
+            f"{name}: course_lib's and Hugging Face's gradients disagree: {where} differs by "
+            f"{worst:.3g} of its largest entry (> {tol:g})"
+        )
+    return worst
+
+
 # ---------------------------------------------------------------------------------------
 # FLOPs
 # ---------------------------------------------------------------------------------------
@@ -441,6 +511,47 @@ def matmul_peak(
     return 2.0 * n**3 / best
 
 
+def spread(times: Sequence[float]) -> dict[str, float]:
+    """Median, quartiles, minimum and maximum of ``times``."""
+    ts = sorted(times)
+    if len(ts) >= 2:
+        q1, _, q3 = statistics.quantiles(ts, n=4, method="inclusive")
+    else:
+        q1 = q3 = ts[0]
+    return {"median": statistics.median(ts), "q1": q1, "q3": q3, "min": ts[0], "max": ts[-1]}
+
+
+def load_average() -> tuple[float, float, float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the OS has none)."""
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())  # type: ignore[return-value]
+    except (AttributeError, OSError):
+        return None
+
+
+def _peak_call(
+    device: torch.device, dtype: torch.dtype, n: int, min_time: float = 0.05
+) -> tuple[Callable[[], None], int]:
+    """A call of back-to-back ``n x n`` products (about ``min_time`` seconds) and its count:
+    the matmul peak, timed between the training steps."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    torch.mm(a, b, out=out)
+    _sync(device)
+    t0 = time.perf_counter()
+    torch.mm(a, b, out=out)
+    _sync(device)
+    inner = min(1000, max(1, math.ceil(min_time / max(time.perf_counter() - t0, 1e-9))))
+
+    def call() -> None:
+        for _ in range(inner):
+            torch.mm(a, b, out=out)
+
+    return call, inner
+
+
 def time_interleaved(
     fns: Sequence[Callable[[], Any]],
     repeats: int,
@@ -534,8 +645,11 @@ def run(
 
     else:
         autocast = contextlib.nullcontext
+    load_before = load_average()
     peak = matmul_peak(device, torch_dtype, peak_n)
     log(f"matmul peak ({dtype}, n={peak_n}): {peak / 1e9:,.1f} GFLOP/s")
+    peak_fn, peak_inner = _peak_call(device, torch_dtype, peak_n)
+    peak_flops = 2.0 * peak_n**3 * peak_inner
     rows = []
     for name in models:
         ours, hf = build_pair(name, shape)
@@ -545,11 +659,22 @@ def run(
         diffs = check_parity(name, ours, hf, batch)
         loss_diff, logits_diff = diffs["loss"], diffs["logits"]
         log(f"{name}: parity max |diff| loss {loss_diff:.1e}, logits {logits_diff:.1e} (<= {PARITY_TOL:g})")
+        grad_diff = check_gradients(name, ours, hf, batch)
+        diffs["gradients_relative"] = grad_diff
+        log(
+            f"{name}: gradients agree within {grad_diff:.1e} of each tensor's largest entry (<= {GRAD_TOL:g})"
+        )
         flops = training_flops(ours.config, shape.batch, shape.seq, num_predict=shape.num_predict)
-        t_ours, t_hf = time_interleaved(
-            [_train_step(ours, batch, autocast), _train_step(hf, batch, autocast)], repeats, device=device
+        # course, HF, matmul peak, course, HF, peak, ...: all three under the same load
+        t_ours, t_hf, t_peak = time_interleaved(
+            [_train_step(ours, batch, autocast), _train_step(hf, batch, autocast), peak_fn],
+            repeats,
+            device=device,
         )
         m_ours, m_hf = statistics.median(t_ours), statistics.median(t_hf)
+        peaks = [peak_flops / t for t in t_peak]
+        peak_here = statistics.median(peaks)
+        paired = [a / b for a, b in zip(t_ours, t_hf)]
         rows.append(
             {
                 "model": name,
@@ -562,8 +687,13 @@ def run(
                 "flops_per_step": flops,
                 "flops_per_s_course": flops / m_ours,
                 "flops_per_s_hf": flops / m_hf,
-                "peak_fraction_course": flops / m_ours / peak,
-                "peak_fraction_hf": flops / m_hf / peak,
+                "peak_fraction_course": flops / m_ours / peak_here,
+                "peak_fraction_hf": flops / m_hf / peak_here,
+                "peak_flops_per_s": peak_here,
+                "peak_spread_flops_per_s": spread(peaks),
+                "course_spread_s": spread(t_ours),
+                "hf_spread_s": spread(t_hf),
+                "ratio_spread": spread(paired),
                 "parity_max_abs_diff": diffs,
                 "course_times_s": t_ours,
                 "hf_times_s": t_hf,
@@ -584,8 +714,16 @@ def run(
         "warmup": WARMUP,
         "matmul_peak_flops_per_s": peak,
         "matmul_peak_n": peak_n,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
         "models": rows,
     }
+
+
+def _range(sp: Mapping[str, float], lo: str, hi: str, scale: float, spec: str = ".1f") -> str:
+    return f"{sp[lo] * scale:{spec}}-{sp[hi] * scale:{spec}}"
 
 
 def format_table(result: Mapping[str, Any]) -> str:
@@ -602,6 +740,12 @@ def format_table(result: Mapping[str, Any]) -> str:
         "GFLOP/s HF",
         "% of peak course",
         "% of peak HF",
+        "course ms IQR",
+        "HF ms IQR",
+        "course ms min-max",
+        "HF ms min-max",
+        "ratio IQR (paired steps)",
+        "peak GFLOP/s (interleaved)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in result["models"]:
@@ -617,8 +761,44 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"{r['flops_per_s_hf'] / 1e9:,.1f}",
             f"{100 * r['peak_fraction_course']:.1f}",
             f"{100 * r['peak_fraction_hf']:.1f}",
+            _range(r["course_spread_s"], "q1", "q3", 1e3),
+            _range(r["hf_spread_s"], "q1", "q3", 1e3),
+            _range(r["course_spread_s"], "min", "max", 1e3),
+            _range(r["hf_spread_s"], "min", "max", 1e3),
+            _range(r["ratio_spread"], "q1", "q3", 1.0, ".2f"),
+            f"{r['peak_flops_per_s'] / 1e9:,.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def describe_run(result: Mapping[str, Any]) -> str:
+    """The machine, threads, load, shape, peak and parity lines, then the table (Markdown)."""
+    s = result["shape"]
+    load = lambda la: "n/a" if la is None else " / ".join(f"{x:.2f}" for x in la)  # noqa: E731
+    lines = [
+        result["machine"],
+        "",
+        f"CPU: {result.get('cpu', '')}, {result.get('cpu_count')} CPUs, {result['threads']} torch threads; "
+        f"load average (1/5/15 min) {load(result.get('load_average_before'))} before, "
+        f"{load(result.get('load_average_after'))} after.",
+        "",
+        f"batch {s['batch']} x seq {s['seq']}, {s['layers']} layers, hidden {s['hidden']}, "
+        f"{s['heads']} heads, "
+        f"intermediate {s['intermediate']}, vocab {s['vocab']}; median of {result['repeats']} steps per side "
+        f"after {result['warmup']} warm-up, interleaved with each other and with a matmul peak call "
+        f"({result['dtype']}, n={result['matmul_peak_n']}; {result['matmul_peak_flops_per_s'] / 1e9:,.1f} "
+        "GFLOP/s measured alone before).",
+        "",
+        "parity before timing (max |diff| loss / logits / relative gradients): "
+        + ", ".join(
+            f"{r['model']} {r['parity_max_abs_diff']['loss']:.1e} / {r['parity_max_abs_diff']['logits']:.1e}"
+            f" / {r['parity_max_abs_diff'].get('gradients_relative', float('nan')):.1e}"
+            for r in result["models"]
+        ),
+        "",
+        format_table(result),
+    ]
     return "\n".join(lines)
 
 
@@ -689,25 +869,11 @@ def _cmd(args: argparse.Namespace) -> int:
         )
     except ParityError as e:
         return fail(str(e))
-    s = shape
-    print(result["machine"])
-    print(
-        f"batch {s.batch} x seq {s.seq}, {s.layers} layers, hidden {s.hidden}, {s.heads} heads, "
-        f"intermediate {s.d_ff}, vocab {s.vocab}; median of {args.repeats} steps after {WARMUP} warm-up, "
-        f"interleaved; matmul peak {result['matmul_peak_flops_per_s'] / 1e9:,.1f} GFLOP/s "
-        f"({args.dtype}, n={args.peak_n})"
-    )
-    print(
-        "parity (max |diff| loss / logits): "
-        + ", ".join(
-            f"{r['model']} {r['parity_max_abs_diff']['loss']:.1e} / {r['parity_max_abs_diff']['logits']:.1e}"
-            for r in result["models"]
-        )
-    )
-    print()
-    print(format_table(result))
+    print(describe_run(result))
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result, indent=1) + "\n")
+    if args.markdown is not None:
+        atomic_write_text(args.markdown, GENERATED_NOTE + describe_run(result) + "\n")
     return 0
 
 
@@ -733,6 +899,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the matmul peak (default 2048)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write every number as JSON to PATH")
+    p.add_argument(
+        "--markdown",
+        default=None,
+        metavar="PATH",
+        help="also write the machine, load, parity and table as Markdown to PATH (the appendix includes one)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
 

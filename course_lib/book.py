@@ -253,6 +253,7 @@ def build_book(
     env.setdefault("COURSE_PROGRESS", "0")  # no progress bars frozen into the pages
     env.setdefault("COURSE_CACHE", str(root / "_build" / "cache"))
     env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    env["COURSE_STRICT_CLAIMS"] = "1"  # the build fails on a claim the run does not support
     t0 = time.perf_counter()
     rc = subprocess.call(cmd, cwd=root, env=env)
     if not quiet:

@@ -33,6 +33,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from .claims import seed_offset
+from .device import autocast_dtype
 from .hashing import code_hash
 from .train import History, model_device
 
@@ -112,18 +113,19 @@ def _file_code(path: Path) -> bytes:
 
 
 def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "cpu") -> str:
-    """A file-name-safe key: ``name-<hash of spec, sources, torch version, device type>``."""
-    payload = json.dumps(
-        {
-            "spec": spec,
-            "source": source_fingerprint(),
-            "torch": torch.__version__.split("+")[0],
-            "device": torch.device(device).type,
-            "seed_offset": seed_offset(),
-        },
-        sort_keys=True,
-        default=str,
-    )
+    """A file-name-safe key: ``name-<hash of spec, sources, torch version, device type, seed
+    offset and, under autocast, the precision>``."""
+    fields = {
+        "spec": spec,
+        "source": source_fingerprint(),
+        "torch": torch.__version__.split("+")[0],
+        "device": torch.device(device).type,
+        "seed_offset": seed_offset(),
+    }
+    dtype = autocast_dtype(device)
+    if dtype is not None:  # a model trained under autocast (COURSE_PRECISION, a GPU) keys apart;
+        fields["precision"] = str(dtype)  # float32 keys stay what they were
+    payload = json.dumps(fields, sort_keys=True, default=str)
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
     return f"{safe}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 

@@ -4,6 +4,12 @@
   ``COURSE_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) overrides the choice.
 * :func:`autocast` is the course's mixed-precision policy: bfloat16 autocast on a GPU that
   supports it, plain float32 everywhere else (CPU runs stay exact and reproducible).
+  ``COURSE_PRECISION`` overrides it: ``bf16`` runs every chapter under bf16 autocast on any
+  device, the CPU included (``torch.autocast("cpu", dtype=torch.bfloat16)``: the same code
+  path as CUDA, which is how the claims are checked under a GPU's numerics without a GPU);
+  ``fp32`` turns autocast off everywhere (a GPU run then matches the CPU bands' precision);
+  ``auto`` (or unset) is the policy above. Checkpoint cache keys include the precision, so a
+  bf16 model never replaces a float32 one.
 * :func:`seed_everything` seeds Python, NumPy and torch and asks torch for deterministic
   kernels, which makes CPU runs bit-reproducible.
 """
@@ -19,9 +25,19 @@ import torch
 
 from .claims import seed_offset
 
-__all__ = ["get_device", "autocast", "autocast_dtype", "seed_everything", "describe_device"]
+__all__ = ["get_device", "autocast", "autocast_dtype", "precision", "seed_everything", "describe_device"]
 
 ENV_VAR = "COURSE_DEVICE"
+PRECISION_ENV = "COURSE_PRECISION"
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def precision() -> str:
+    """The precision policy ``COURSE_PRECISION`` asks for: ``auto`` (unset), ``fp32`` or ``bf16``."""
+    raw = os.environ.get(PRECISION_ENV, "").strip().lower() or "auto"
+    if raw not in PRECISIONS:
+        raise ValueError(f"{PRECISION_ENV} must be one of {', '.join(PRECISIONS)}, got {raw!r}")
+    return raw
 
 
 def _mps_available() -> bool:
@@ -55,15 +71,24 @@ def get_device(prefer: str | None = None) -> torch.device:
 
 
 def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
-    """The reduced-precision dtype the course uses on ``device``, or None for float32."""
+    """The reduced-precision dtype the course uses on ``device``, or None for float32.
+
+    bf16 on a GPU that supports it, float32 elsewhere; ``COURSE_PRECISION=bf16`` gives bf16 on
+    every device (the CPU included), ``COURSE_PRECISION=fp32`` float32 on every device.
+    """
     device = torch.device(device)
+    policy = precision()
+    if policy == "fp32":
+        return None
+    if policy == "bf16":
+        return torch.bfloat16
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return None
 
 
 def autocast(device: torch.device | str, enabled: bool = True):
-    """Context manager: bf16 autocast on a GPU that supports it, a no-op otherwise."""
+    """Context manager: bf16 autocast where :func:`autocast_dtype` says so, a no-op otherwise."""
     device = torch.device(device)
     dtype = autocast_dtype(device)
     if not enabled or dtype is None:

@@ -99,12 +99,16 @@ def execute_notebook(path: Path, *, timeout: int = 900):
 
     nb = nbformat.read(path, as_version=4)
     env_backup = os.environ.get("PYDEVD_DISABLE_FILE_VALIDATION")
+    strict_backup = os.environ.get("COURSE_STRICT_CLAIMS")
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    os.environ.setdefault("COURSE_STRICT_CLAIMS", "1")  # a failed claim is an error here, not a notice
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     finally:
         if env_backup is None:
             os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
+        if strict_backup is None:
+            os.environ.pop("COURSE_STRICT_CLAIMS", None)
     return nb
 
 

@@ -5,6 +5,9 @@ import pytest
 import torch
 
 os.environ.setdefault("COURSE_PROGRESS", "0")
+# a failed chapter claim is an error in every kernel the suite starts (nbval, the book build),
+# never the reader's notice (course_lib/claims.py: strict_claims)
+os.environ["COURSE_STRICT_CLAIMS"] = "1"
 # Agg for this process only: kernels started from the tests (book build, nbval) must keep
 # their inline backend, so MPLBACKEND is not set in the environment they inherit.
 matplotlib.use("Agg")

@@ -177,3 +177,39 @@ def test_registers_as_a_subcommand(capsys):
 def test_matmul_peak_is_positive():
     peak = matmul_peak("cpu", torch.float32, n=64, repeats=2)
     assert math.isfinite(peak) and peak > 0
+
+
+# --- a sound bench: gradients checked, spread shown, peak interleaved, machine and load named ---
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gradients_are_compared_before_timing_and_a_wrong_gradient_stops_the_run(name):
+    shape = BenchShape(batch=2, seq=16, layers=1, hidden=32, heads=4, vocab=100)
+    ours, hf = bench.build_pair(name, shape)
+    batch = make_batch(name, shape)
+    assert bench.check_gradients(name, ours, hf, batch) <= bench.GRAD_TOL
+    assert all(p.grad is None for p in ours.parameters()) and ours.training  # left clean
+    # the same forward pass, a wrong backward pass for one matrix: the forward check cannot see it
+    target_name, target = [(n, p) for n, p in ours.named_parameters() if p.dim() == 2][-1]
+    target.register_hook(lambda g: 1.5 * g)
+    with pytest.raises(bench.ParityError, match=f"gradients disagree: {target_name}"):
+        bench.check_gradients(name, ours, hf, batch)
+
+
+def test_spread_and_the_markdown_report(tmp_path, capsys, restore_threads):
+    sp = bench.spread([3.0, 1.0, 2.0, 10.0])
+    assert sp["median"] == 2.5 and sp["min"] == 1.0 and sp["max"] == 10.0 and sp["q1"] <= sp["q3"]
+    assert bench.spread([4.0]) == {"median": 4.0, "q1": 4.0, "q3": 4.0, "min": 4.0, "max": 4.0}
+    md = tmp_path / "bench.md"
+    argv = [*TINY_ARGS, "--repeats", "3", "--threads", "1", "--models", "bert", "--markdown", str(md)]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    text = md.read_text()
+    assert text.startswith(bench.GENERATED_NOTE) and text[len(bench.GENERATED_NOTE) :].strip() == out.strip()
+    assert "load average (1/5/15 min)" in out and "1 torch threads" in out and "interleaved" in out
+    header = [line for line in out.splitlines() if line.startswith("| model")][0]
+    columns = ("course ms IQR", "HF ms min-max", "ratio IQR (paired steps)", "peak GFLOP/s (interleaved)")
+    for column in columns:
+        assert column in header
+    row = [line for line in out.splitlines() if line.startswith("| bert")][0]
+    assert len(row.split("|")) == len(header.split("|"))

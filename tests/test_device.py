@@ -51,3 +51,64 @@ def test_seeded_cpu_runs_are_bit_identical():
     a, b, c = _train_a_little(0), _train_a_little(0), _train_a_little(1)
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
+
+
+# --- COURSE_PRECISION: a GPU's bf16 numerics on the CPU ---------------------------------------
+
+
+def test_course_precision_bf16_runs_cpu_under_bf16_autocast(monkeypatch):
+    from course_lib.device import precision
+
+    monkeypatch.setenv("COURSE_PRECISION", "bf16")
+    assert precision() == "bf16"
+    assert autocast_dtype("cpu") is torch.bfloat16
+    lin = torch.nn.Linear(4, 4)
+    with autocast("cpu"):
+        y = lin(torch.ones(2, 4))
+    assert y.dtype == torch.bfloat16
+    with autocast("cpu", enabled=False):
+        assert lin(torch.ones(2, 4)).dtype == torch.float32
+    assert "bf16 autocast" in describe_device("cpu")
+    monkeypatch.setenv("COURSE_PRECISION", "fp32")
+    assert autocast_dtype("cpu") is None and autocast_dtype("cuda") is None
+    monkeypatch.setenv("COURSE_PRECISION", "AUTO")
+    assert autocast_dtype("cpu") is None
+    monkeypatch.setenv("COURSE_PRECISION", "fp16")
+    with pytest.raises(ValueError, match="COURSE_PRECISION must be one of auto, fp32, bf16, got 'fp16'"):
+        autocast_dtype("cpu")
+
+
+def test_course_precision_bf16_trains_through_the_training_loop_under_autocast(monkeypatch):
+    """fit's default precision ("auto") follows the switch: the CUDA path, on the CPU."""
+    from course_lib.train import fit
+
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            out = self.lin(x)
+            seen.append(out.dtype)
+            return out.float().pow(2).mean()
+
+    batches = [torch.ones(2, 4)] * 3
+    for setting, dtype in (("bf16", torch.bfloat16), ("auto", torch.float32)):
+        monkeypatch.setenv("COURSE_PRECISION", setting)
+        seen.clear()
+        seed_everything(0)
+        fit(Probe(), batches, lambda m, b: m(b), steps=2, lr=1e-2, progress=False)
+        assert seen and set(seen) == {dtype}, setting
+
+
+def test_the_checkpoint_cache_keys_on_precision(monkeypatch):
+    from course_lib.checkpoints import cache_key
+
+    monkeypatch.delenv("COURSE_PRECISION", raising=False)
+    fp32 = cache_key("m", {"a": 1})
+    monkeypatch.setenv("COURSE_PRECISION", "fp32")
+    assert cache_key("m", {"a": 1}) == fp32  # the float32 key is unchanged
+    monkeypatch.setenv("COURSE_PRECISION", "bf16")
+    assert cache_key("m", {"a": 1}) != fp32
