@@ -232,6 +232,7 @@ def claim(
     high: float | None = None,
     evidence: str,
     glue_as: str | None = None,
+    control: str | None = None,
 ) -> float:
     """Assert that ``low <= value <= high``; the failure message names the claim and the band.
 
@@ -239,7 +240,14 @@ def claim(
     that supports it (for a comparison, the difference or the ratio: "A beats B by at least
     0.05" is ``claim(..., a - b, low=0.05)``), ``evidence`` says where the band comes from
     (seeds, kernels and thread counts measured, e.g. ``"seeds 0-2 x {avx2, default} kernels:
-    0.11-0.16"``). ``glue_as`` also glues the value for the prose. Returns the value.
+    0.11-0.16"``). ``glue_as`` also glues the value for the prose (an integer as an integer).
+    Returns the value.
+
+    ``control`` names the positive control of a negative claim ("no effect", "stays at
+    chance"): the statement of an earlier claim of the same run showing that the same
+    measurement does see an effect of that size. It must have been asserted, and have held,
+    before this claim; otherwise this claim fails too (a negative claim whose control is
+    missing or broken could not have failed). See CONTRIBUTING.md, rule 4.
     """
     if low is None and high is None:
         raise ValueError(f"claim {statement!r} needs a band: give low, high or both")
@@ -251,11 +259,19 @@ def claim(
         raise TypeError(
             f"claim {statement!r}: the measured value must be a number, got {type(value).__name__}"
         ) from None
+    if control is not None and control not in _HELD:
+        raise ValueError(
+            f"claim {statement!r}: its control {control!r} has not been asserted before it in this run"
+        )
     ok = not math.isnan(number) and (low is None or number >= low) and (high is None or number <= high)
     band = f"[{_fmt(low) if low is not None else '-inf'}, {_fmt(high)}]"
+    if control is not None and not _HELD[control]:
+        ok = False
+        evidence = f"{evidence}; its positive control {control!r} did not hold"
+    _HELD[statement] = ok
     _record(statement, number, low, high, ok, evidence)
     if glue_as is not None:
-        glue(glue_as, number)
+        glue(glue_as, _integral(value) if _integral(value) is not None else number)
     if not ok and os.environ.get(RECORD_ONLY_ENV, "") not in ("1", "true", "yes"):
         if strict_claims():
             raise ClaimError(
@@ -264,6 +280,26 @@ def claim(
             )
         _show_notice(ClaimNotice(statement, number, band, evidence, current_setting()))
     return number
+
+
+# every claim asserted in this process: statement -> whether it held (controls look here)
+_HELD: dict[str, bool] = {}
+
+
+def _integral(value: Any) -> int | None:
+    """``value`` as an int when it is an integer (Python, NumPy or a 0-d integer tensor)."""
+    import numbers
+
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and getattr(value, "ndim", 1) == 0:
+        kind = getattr(dtype, "kind", None)  # numpy
+        if kind in ("i", "u", "b") or (kind is None and not getattr(dtype, "is_floating_point", True)):
+            return int(value)
+    return None
 
 
 def _record(statement, value, low, high, ok, evidence) -> None:
