@@ -32,8 +32,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from .claims import seed_offset
-from .device import autocast_dtype
+from .device import autocast_dtype, seed_offset
 from .hashing import code_hash
 from .train import History, model_device
 
@@ -67,7 +66,6 @@ def cache_dir() -> Path:
 # notebooks and the grader only read trained models, so a change there keeps the cache.
 TRAINING_SOURCES = (
     "checkpoints.py",
-    "claims.py",
     "device.py",
     "hashing.py",
     "train.py",

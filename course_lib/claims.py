@@ -55,12 +55,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .device import autocast_dtype, get_device, seed_offset
+
 __all__ = ["ClaimError", "ClaimNotice", "claim", "glue", "seed_offset", "current_setting", "strict_claims"]
 
 LOG_ENV = "COURSE_CLAIMS_LOG"
 RECORD_ONLY_ENV = "COURSE_CLAIMS_RECORD_ONLY"
 CHAPTER_ENV = "COURSE_CLAIMS_CHAPTER"
-SEED_OFFSET_ENV = "COURSE_SEED_OFFSET"
 STRICT_ENV = "COURSE_STRICT_CLAIMS"
 
 # what every band in the chapters was measured on (benchmarks/claim_bands.py): the reference a
@@ -80,22 +81,9 @@ class ClaimError(AssertionError):
     """A chapter's claim that the run does not support."""
 
 
-def seed_offset() -> int:
-    """The shift ``COURSE_SEED_OFFSET`` applies to every seed (0 when unset)."""
-    raw = os.environ.get(SEED_OFFSET_ENV, "").strip()
-    if not raw:
-        return 0
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{SEED_OFFSET_ENV} must be a whole number, got {raw!r}") from None
-
-
 def current_setting() -> dict[str, Any]:
     """What decides a run's last digits: kernels, threads, seed offset, device, precision."""
     import torch
-
-    from .device import autocast_dtype, get_device
 
     device = get_device()
     dtype = autocast_dtype(device)

@@ -23,9 +23,30 @@ import random
 import numpy as np
 import torch
 
-from .claims import seed_offset
+SEED_OFFSET_ENV = "COURSE_SEED_OFFSET"
 
-__all__ = ["get_device", "autocast", "autocast_dtype", "precision", "seed_everything", "describe_device"]
+
+def seed_offset() -> int:
+    """The shift ``COURSE_SEED_OFFSET`` applies to every seed (0 when unset): how the claim bands
+    (benchmarks/claim_bands.py) run a chapter with other seeds."""
+    raw = os.environ.get(SEED_OFFSET_ENV, "").strip()
+    if not raw:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{SEED_OFFSET_ENV} must be a whole number, got {raw!r}") from None
+
+
+__all__ = [
+    "get_device",
+    "autocast",
+    "autocast_dtype",
+    "precision",
+    "seed_everything",
+    "seed_offset",
+    "describe_device",
+]
 
 ENV_VAR = "COURSE_DEVICE"
 PRECISION_ENV = "COURSE_PRECISION"

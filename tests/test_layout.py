@@ -110,3 +110,96 @@ def test_the_checker_sees_relative_and_absolute_imports():
     found = dict((t, n) for n, t in _imports(ROOT / "models" / "bert.py"))
     assert "course_lib.nn.attention" in found and "course_lib.models.hf" in found
     assert "course_lib.objectives" in {t for _, t in _imports(ROOT / "widgets" / "masking.py")}
+
+
+def _module_level_graph() -> dict[str, set[str]]:
+    """module -> the course_lib modules it imports at module level (not inside a function), with
+    ``from package import name`` resolved to the submodule when ``name`` is one."""
+    modules = {_module_name(p).removesuffix(".__init__"): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        top += [
+            n
+            for stmt in tree.body
+            if isinstance(stmt, (ast.If, ast.Try))
+            for n in ast.walk(stmt)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+        ]
+        lines = {n.lineno for n in top if not _type_checking_only(tree, n)}
+        edges = set()
+        for line, target in _imports(path):
+            if line not in lines:
+                continue
+            edges.add(
+                target
+                if target in modules
+                else target.rsplit(".", 1)[0]
+                if target.rsplit(".", 1)[0] in modules
+                else target
+            )
+        # `from .x import y`: also the submodule x.y when y is a module
+        for node in top:
+            if isinstance(node, ast.ImportFrom) and node.lineno in lines:
+                for line, target in _imports(path):
+                    if line == node.lineno:
+                        edges |= {f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules}
+        graph[name] = {e for e in edges if e in modules and e != name}
+    return graph
+
+
+def _type_checking_only(tree: ast.Module, node: ast.AST) -> bool:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and "TYPE_CHECKING" in ast.unparse(stmt.test):
+            if any(n is node for n in ast.walk(stmt)):
+                return True
+    return False
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_module_level_import_circle_anywhere():
+    """A package's ``__init__`` re-exporting its modules is not a circle unless a module imports
+    the package back at module level."""
+    assert _cycles(_module_level_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = _module_level_graph()
+    assert "course_lib.device" in graph["course_lib.claims"]  # module-level edges are seen
+    assert "course_lib.checkpoints" not in graph["course_lib.train"]  # imports inside functions are not
