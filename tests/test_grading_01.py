@@ -209,3 +209,35 @@ def test_reference_answers_agree_with_course_lib(reference):
     made_at = (torch.cat([fwd[:, 1:], fwd[:, :1]], 1), torch.cat([bwd[:, -1:], bwd[:, :-1]], 1))  # aligned with where they are made
     got = reference["bilm_loss"](*made_at, word_ids, mask)
     torch.testing.assert_close(got, torch.stack([ours.forward, ours.backward]))
+
+
+# --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
+
+MUST_FORBID = ('course_lib.data.chars.word_to_char_ids', 'course_lib.models.elmo.word_to_char_ids', 'course_lib.models.elmo.ScalarMix', 'course_lib.analysis.normalise_layers')
+COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
+    'elmo_word_to_char_ids': ('char-ids-answer', 'from course_lib.models.elmo import word_to_char_ids\n\ndef char_ids(word, max_chars=50):\n    return word_to_char_ids(word, max_chars=max_chars)\n', 'char-ids-small'),
+}
+
+
+def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+    """The routes the held-out attacks found are forbidden, under every module path that holds
+    the same object (so a re-export cannot pass at home and fail in the grader); the released
+    notebook forbids the same list, and its introduction states the metadata's counts and points,
+    the rules and the grader's limits."""
+    from grading_fixtures.chapters import forbid_gaps
+
+    a = load_assignment(CHAPTER.solution)
+    assert set(MUST_FORBID) <= set(a.forbid)
+    assert forbid_gaps(a.forbid) == []
+    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+    CHAPTER.assert_texts()
+
+
+@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
+def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+    """An answer that calls a forbidden function fails its visible check at home too (in the
+    grader course_lib cannot be imported and the other names are turned off the same way)."""
+    cell, source, check = COURSE_LIB_ROUTES[route]
+    assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
+    home = CHAPTER.home_verdicts({cell: source})
+    assert home[check] is False, (route, home)  # ...until its function is turned off

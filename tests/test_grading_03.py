@@ -4,6 +4,8 @@ rewritten submissions (exact points)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -219,3 +221,36 @@ def graded(tmp_path_factory):
 ])
 def test_exact_points(graded, name, points, failing):
     CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
+
+
+# --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
+
+MUST_FORBID = ('torch.nn.functional.cross_entropy', 'torch._C._nn.cross_entropy_loss', 'course_lib.models.bert.masked_lm_loss', 'course_lib.models.xlnet.masked_lm_loss', 'course_lib.objectives.pack_pair')
+COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
+    'xlnet_masked_lm_loss': ('mlm-loss-answer', 'from course_lib.models.xlnet import masked_lm_loss\n\ndef mlm_loss(logits, labels):\n    return masked_lm_loss(logits, labels)\n', 'mlm-loss-small'),
+    'c_kernel_loss': ('mlm-loss-answer', 'import torch\n\ndef mlm_loss(logits, labels):\n    loss = torch._C._nn.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), None, 1, -100, 0.0)\n    return torch.nan_to_num(loss, nan=0.0)\n', 'mlm-loss-small'),
+}
+
+
+def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+    """The routes the held-out attacks found are forbidden, under every module path that holds
+    the same object (so a re-export cannot pass at home and fail in the grader); the released
+    notebook forbids the same list, and its introduction states the metadata's counts and points,
+    the rules and the grader's limits."""
+    from grading_fixtures.chapters import forbid_gaps
+
+    a = load_assignment(CHAPTER.solution)
+    assert set(MUST_FORBID) <= set(a.forbid)
+    assert forbid_gaps(a.forbid) == []
+    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+    CHAPTER.assert_texts()
+
+
+@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
+def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+    """An answer that calls a forbidden function fails its visible check at home too (in the
+    grader course_lib cannot be imported and the other names are turned off the same way)."""
+    cell, source, check = COURSE_LIB_ROUTES[route]
+    assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
+    home = CHAPTER.home_verdicts({cell: source})
+    assert home[check] is False, (route, home)  # ...until its function is turned off

@@ -51,7 +51,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [c.id for c in a.checks] == ALL_CHECKS
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 9
     assert all(c.points == 1 for c in a.checks)
-    assert a.forbid == ()  # see the report: LayerNorm and linear maps were chapter 3's and 2's exercises
+    assert set(MUST_FORBID) <= set(a.forbid)  # LayerNorm and linear maps (chapters 3 and 2) stay allowed
     assert [e.functions for e in a.exercises] == [
         ("albert_embeddings",), ("layer_schedule",), ("count_albert_parameters",), ("sentence_order_pairs",)
     ]
@@ -325,6 +325,19 @@ def sentence_order_pairs(segments, seed):
     return [(list(segments[i + 1]), list(segments[i]), 1) if u[i] < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
             for i in range(len(segments) - 1)]
 '''}, set()),
+    # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
+    "embeddings_ignore_eps": ({EMB: """
+import torch.nn.functional as F
+
+def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
+                      proj_weight, proj_bias, eps=1e-12):
+    n = input_ids.shape[1]
+    if n > position_table.shape[0]:
+        raise ValueError("too long")
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = word_table[input_ids] + position_table[:n] + segment_table[types]
+    return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, 1e-12), proj_weight, proj_bias)
+"""}, {"factorised-small", "factorised-sizes"}),
     # the LayerNorm after the projection (over H): the tempting mistake, nothing passes
     "norm_after_projection": ({EMB: '''
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
@@ -376,3 +389,41 @@ def test_gaming_gets_at_most_the_visible_points(graded):
 
 def test_visible_checks_give_the_grader_verdict_at_home(graded):
     CHAPTER.assert_home_verdicts(graded)
+
+
+# --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
+
+MUST_FORBID = ('course_lib.models.albert.AlbertModel', 'course_lib.models.albert.AlbertConfig', 'course_lib.studies.albert.AlbertConfig', 'course_lib.nn.count_parameters', 'transformers.AlbertConfig')
+COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
+    'albert_model_parameters': ('count-parameters-answer', "def count_albert_parameters(V, E, H, L, I, P=512, T=2, *args, **kwargs):\n    from course_lib.models.albert import AlbertConfig, AlbertModel\n    config = AlbertConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, intermediate_size=I, max_position_embeddings=P, type_vocab_size=T, num_attention_heads=1, num_hidden_groups=1 if kwargs.get('sharing', 'all') == 'all' else L)\n    return sum(p.numel() for p in AlbertModel(config).parameters())\n", 'count-base'),
+    'transformers_albert': ('count-parameters-answer', "def count_albert_parameters(V, E, H, L, I, P=512, T=2, *args, **kwargs):\n    from transformers import AlbertConfig, AlbertModel\n    config = AlbertConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, intermediate_size=I, max_position_embeddings=P, type_vocab_size=T, num_attention_heads=1, num_hidden_groups=1 if kwargs.get('sharing', 'all') == 'all' else L)\n    return AlbertModel(config).num_parameters()\n", 'count-base'),
+}
+
+
+def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+    """The routes the held-out attacks found are forbidden, under every module path that holds
+    the same object (so a re-export cannot pass at home and fail in the grader); the released
+    notebook forbids the same list, and its introduction states the metadata's counts and points,
+    the rules and the grader's limits."""
+    from grading_fixtures.chapters import forbid_gaps
+
+    a = load_assignment(CHAPTER.solution)
+    assert set(MUST_FORBID) <= set(a.forbid)
+    assert forbid_gaps(a.forbid) == []
+    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+    CHAPTER.assert_texts()
+
+
+@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
+def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+    """An answer that calls a forbidden function fails its visible check at home too (in the
+    grader course_lib cannot be imported and the other names are turned off the same way)."""
+    cell, source, check = COURSE_LIB_ROUTES[route]
+    ns: dict = {}
+    exec(source, ns)  # the route works (for the sharings a model can build: all and none)...
+    ours = reference()["count_albert_parameters"]
+    for sharing in ("all", "none"):
+        args = (30000, 128, 768, 12, 3072)
+        assert ns["count_albert_parameters"](*args, sharing=sharing) == ours(*args, sharing=sharing), (route, sharing)
+    home = CHAPTER.home_verdicts({cell: source})
+    assert home[check] is False, (route, home)  # ...until its function is turned off

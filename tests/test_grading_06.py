@@ -44,7 +44,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [c.id for c in a.checks] == ALL_CHECKS
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 7
     assert all(c.points == 1 for c in a.checks)
-    assert a.forbid == FORBID
+    assert set(FORBID) <= set(a.forbid)
     assert [e.functions for e in a.exercises] == [("perm_mask_from_order",), ("rel_shift",), ("update_memory",)]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
@@ -52,7 +52,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1]
     assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     assert "Instructor notes" not in EXERCISE.read_text()
-    assert ex["metadata"]["course"]["forbid"] == list(FORBID) and tagged_cells(ex, "course-forbid")
+    assert ex["metadata"]["course"]["forbid"] == list(a.forbid) and tagged_cells(ex, "course-forbid")
 
 
 # --- the reference answers agree with course_lib ---------------------------------------------
@@ -413,3 +413,37 @@ def test_a_memory_that_requires_grad_is_explained(graded):
         assert "the new memory requires grad: detach it (.detach())" in checks[check]["message"], checks[check]["message"]
     message = {c["id"]: c["message"] for c in graded["memory_detaches_hidden"][1]["checks"]}["memory-inputs"]
     assert "detached hidden in place" in message, message
+
+
+# --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
+
+MUST_FORBID = ('course_lib.nn.relative.rel_shift', 'course_lib.nn.rel_shift', 'course_lib.nn.update_memory', 'course_lib.models.xlnet.rel_shift', 'transformers.models.xlnet.modeling_xlnet.XLNetRelativeAttention.rel_shift_bnij')
+COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
+    'relative_rel_shift': ('rel-shift-answer', 'from course_lib.nn.relative import rel_shift as _shift\n\ndef rel_shift(scores, k_len):\n    return _shift(scores, k_len)\n', 'shift-small'),
+    'nn_update_memory': ('memory-answer', 'from course_lib.nn import update_memory as _update\n\ndef update_memory(mems, hidden, mem_len):\n    return _update(mems, hidden, mem_len, seq_dim=0)\n', 'memory-small'),
+    'transformers_rel_shift_bnij': ('rel-shift-answer', 'from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention\n\ndef rel_shift(scores, k_len):\n    x = scores.reshape(-1, 1, *scores.shape[-2:])\n    return XLNetRelativeAttention.rel_shift_bnij(x, klen=k_len).reshape(*scores.shape[:-1], k_len)\n', 'shift-small'),
+}
+
+
+def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+    """The routes the held-out attacks found are forbidden, under every module path that holds
+    the same object (so a re-export cannot pass at home and fail in the grader); the released
+    notebook forbids the same list, and its introduction states the metadata's counts and points,
+    the rules and the grader's limits."""
+    from grading_fixtures.chapters import forbid_gaps
+
+    a = load_assignment(CHAPTER.solution)
+    assert set(MUST_FORBID) <= set(a.forbid)
+    assert forbid_gaps(a.forbid) == []
+    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+    CHAPTER.assert_texts()
+
+
+@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
+def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+    """An answer that calls a forbidden function fails its visible check at home too (in the
+    grader course_lib cannot be imported and the other names are turned off the same way)."""
+    cell, source, check = COURSE_LIB_ROUTES[route]
+    assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
+    home = CHAPTER.home_verdicts({cell: source})
+    assert home[check] is False, (route, home)  # ...until its function is turned off

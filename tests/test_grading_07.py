@@ -45,7 +45,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 7
     # kd-habits is worth 0: it shows at home what kd-teacher and kd-large grade
     assert {c.id: c.points for c in a.checks if c.points != 1} == {"kd-habits": 0}
-    assert a.forbid == FORBID
+    assert set(FORBID) <= set(a.forbid)
     assert [e.functions for e in a.exercises] == [("kd_loss",), ("attention_loss",), ("uniform_layer_map",)]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
@@ -53,7 +53,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1]
     assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     assert "Instructor notes" not in EXERCISE.read_text()
-    assert ex["metadata"]["course"]["forbid"] == list(FORBID) and tagged_cells(ex, "course-forbid")
+    assert ex["metadata"]["course"]["forbid"] == list(a.forbid) and tagged_cells(ex, "course-forbid")
     # the choice about torch's kl_div is stated to the students
     assert "`torch.nn.functional.kl_div` is allowed" in EXERCISE.read_text()
 
@@ -385,6 +385,16 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
     per_example = (squared * pairs).sum((1, 2, 3)) / pairs.sum((1, 2, 3))
     return per_example.mean()
 '''}, {"attn-no-mask"}),
+    # the padding multiplied by a 0/1 mask: inf * 0 = nan when padded scores are huge: 2 of 3
+    "attn_mask_multiplied": ({ATTN: '''
+def attention_loss(student_scores, teacher_scores, attention_mask=None):
+    squared = (student_scores - teacher_scores.detach()) ** 2
+    if attention_mask is None:
+        return squared.mean()
+    real = attention_mask.float()
+    pairs = (real[:, None, :, None] * real[:, None, None, :]).expand_as(squared)
+    return (squared * pairs).sum() / pairs.sum()
+'''}, {"attn-small", "attn-no-mask"}),
     # g(m) for m = 0..M-1: [0, 3, 6, 9] instead of [3, 6, 9, 12]: 0 of 2
     "layers_off_by_one": ({LAYERS: '''
 def uniform_layer_map(student_layers, teacher_layers):
@@ -434,7 +444,7 @@ def test_the_point_table():
         "kd_lookup": 1, "attention_copied_expected": 1, "layers_hard_coded": 1, "constants": 0, "course_lib": 0,
         "kd_forgot_t2": 2, "kd_reversed": 0, "kd_naive_log_softmax": 4, "kd_teacher_not_detached": 4,
         "kd_teacher_detached_in_place": 4, "kd_student_detached": 4, "kd_kl_div_batchmean": 3,
-        "attn_mask_ignored": 1, "attn_keys_only": 1, "attn_per_example": 1,
+        "attn_mask_ignored": 1, "attn_keys_only": 1, "attn_per_example": 1, "attn_mask_multiplied": 2,
         "layers_off_by_one": 0, "layers_never_raise": 0, "layers_floats": 1,
     }
 
@@ -481,3 +491,35 @@ def test_failures_are_explained(graded):
     assert "Python ints" in message("layers_floats", "layers-small")
     assert "should raise ValueError" in message("layers_never_raise", "layers-small")
     assert "wrong values" in message("kd_forgot_t2", "kd-gradient")
+
+
+# --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
+
+MUST_FORBID = ('course_lib.objectives.distillation.kd_loss', 'course_lib.recipes.distill.kd_loss', 'course_lib.widgets.temperature.softened')
+COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
+    'recipes_kd_loss': ('kd-loss-answer', 'from course_lib.recipes.distill import kd_loss as _kd\n\ndef kd_loss(student_logits, teacher_logits, temperature=1.0):\n    return _kd(student_logits, teacher_logits, temperature)\n', 'kd-small'),
+}
+
+
+def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+    """The routes the held-out attacks found are forbidden, under every module path that holds
+    the same object (so a re-export cannot pass at home and fail in the grader); the released
+    notebook forbids the same list, and its introduction states the metadata's counts and points,
+    the rules and the grader's limits."""
+    from grading_fixtures.chapters import forbid_gaps
+
+    a = load_assignment(CHAPTER.solution)
+    assert set(MUST_FORBID) <= set(a.forbid)
+    assert forbid_gaps(a.forbid) == []
+    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+    CHAPTER.assert_texts()
+
+
+@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
+def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+    """An answer that calls a forbidden function fails its visible check at home too (in the
+    grader course_lib cannot be imported and the other names are turned off the same way)."""
+    cell, source, check = COURSE_LIB_ROUTES[route]
+    assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
+    home = CHAPTER.home_verdicts({cell: source})
+    assert home[check] is False, (route, home)  # ...until its function is turned off

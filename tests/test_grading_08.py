@@ -74,7 +74,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 6
     # probe-habits is worth 0: it shows at home what probe-gradient grades
     assert {c.id: c.points for c in a.checks if c.points != 1} == {"probe-habits": 0}
-    assert a.forbid == FORBID
+    assert set(FORBID) <= set(a.forbid)
     assert [e.functions for e in a.exercises] == [("tree_distances",), ("distance_probe_loss",), ("uuas",)]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
@@ -82,7 +82,7 @@ def test_solution_notebook_is_valid_and_released():
     assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1]
     assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     assert "Instructor notes" not in EXERCISE.read_text()
-    assert ex["metadata"]["course"]["forbid"] == list(FORBID) and tagged_cells(ex, "course-forbid")
+    assert ex["metadata"]["course"]["forbid"] == list(a.forbid) and tagged_cells(ex, "course-forbid")
 
 
 def test_every_forbidden_name_exists():
@@ -600,6 +600,34 @@ def tree_distances(heads):
         },
         set(),
     ),
+    # only cycles of one or two words detected: longer cycles give -1 distances: 1 of 2
+    "dist_misses_long_cycles": (
+        {
+            DIST: """
+def tree_distances(heads):
+    n = len(heads)
+    if sum(h == -1 for h in heads) != 1:
+        raise ValueError("not one root")
+    for i, h in enumerate(heads):
+        if h == i or (h >= 0 and heads[h] == i):
+            raise ValueError("a cycle")
+    out = torch.full((n, n), -1, dtype=torch.long)
+    for s in range(n):
+        out[s, s] = 0
+        frontier = [s]
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for v in [j for j in range(n) if heads[j] == u] + ([heads[u]] if heads[u] >= 0 else []):
+                    if out[s, v] < 0:
+                        out[s, v] = out[s, u] + 1
+                        nxt.append(v)
+            frontier = nxt
+    return out
+"""
+        },
+        {"dist-small"},
+    ),
     # the right numbers as int32: the visible check wants torch.long: 1 of 2
     "dist_int32": ({DIST: DIST_INT32}, {"dist-random"}),
     # divided by |s| instead of |s|^2: wrong everywhere: 0 of 3
@@ -643,6 +671,36 @@ def distance_probe_loss(B, h, gold, lengths):
 """
         },
         {"probe-gradient"},
+    ),
+    # the padding multiplied by a 0/1 mask: nan when padded values are huge: 2 of 3
+    "loss_mask_multiplied": (
+        {
+            LOSS: """
+def distance_probe_loss(B, h, gold, lengths):
+    t = h @ B.T
+    predicted = ((t[:, :, None] - t[:, None]) ** 2).sum(-1)
+    real = (torch.arange(h.shape[1]) < lengths[:, None]).to(h.dtype)
+    pairs = real[:, :, None] * real[:, None, :]
+    return (((gold - predicted).abs() * pairs).sum((1, 2)) / lengths.to(h.dtype) ** 2).mean()
+"""
+        },
+        {"probe-small", "probe-habits", "probe-gradient"},
+    ),
+    # right values, but h centred in place (distances do not change; the caller's h does): 2 of 3
+    "loss_changes_h_in_place": (
+        {
+            LOSS: """
+def distance_probe_loss(B, h, gold, lengths):
+    h -= h[:, :1].clone()  # distances are translation-invariant
+    t = h @ B.T
+    predicted = ((t[:, :, None] - t[:, None]) ** 2).sum(-1)
+    real = torch.arange(h.shape[1]) < lengths[:, None]
+    pairs = real[:, :, None] & real[:, None, :]
+    errors = torch.where(pairs, (gold - predicted).abs(), torch.zeros((), dtype=h.dtype))
+    return (errors.sum((1, 2)) / lengths.to(h.dtype) ** 2).mean()
+"""
+        },
+        {"probe-small", "probe-padded"},
     ),
     # ||B(h_i - h_j)|| without the square: 0 of 3
     "loss_not_squared": (
@@ -793,11 +851,14 @@ def test_the_point_table():
         "dist_off_by_one": 0,
         "dist_depth_difference": 0,
         "dist_never_raises": 0,
+        "dist_misses_long_cycles": 1,
         "dist_int32": 1,
         "loss_by_length": 0,
         "loss_by_padded_length": 1,
         "loss_padding_counted": 1,
         "loss_pairs_of_the_batch": 1,
+        "loss_mask_multiplied": 2,
+        "loss_changes_h_in_place": 2,
         "loss_not_squared": 0,
         "loss_in_numpy": 2,
         "uuas_keeps_punct": 3,
@@ -859,3 +920,36 @@ def test_failures_are_explained(graded):
     assert "wrong values" in message("loss_by_length", "probe-small")
     assert "should be a number" in message("uuas_tensor", "uuas-gold")
     assert "wrong values" in message("loss_by_padded_length", "probe-padded")
+
+
+# --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
+
+MUST_FORBID = ('scipy.sparse.csgraph.johnson', 'scipy.sparse.csgraph.bellman_ford', 'scipy.sparse.csgraph._shortest_path.johnson', 'networkx.all_pairs_shortest_path_length', 'networkx.minimum_spanning_tree', 'course_lib.analysis.structural.tree_distances')
+COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
+    'scipy_johnson': ('tree-distances-answer', "import torch\nfrom scipy.sparse import csr_matrix\nfrom scipy.sparse.csgraph import johnson\n\ndef tree_distances(heads):\n    n = len(heads)\n    if sum(h == -1 for h in heads) != 1 or any(h == i for i, h in enumerate(heads)):\n        raise ValueError('not a tree')\n    rows = [i for i, h in enumerate(heads) if h >= 0]\n    graph = csr_matrix(([1.0] * len(rows), (rows, [heads[i] for i in rows])), shape=(n, n))\n    d = johnson(graph, directed=False)\n    if not (d < float('inf')).all():\n        raise ValueError('not a tree')\n    return torch.tensor(d).long()\n", 'dist-small'),
+    'networkx_paths': ('tree-distances-answer', "import networkx as nx\nimport torch\n\ndef tree_distances(heads):\n    g = nx.Graph()\n    g.add_nodes_from(range(len(heads)))\n    g.add_edges_from((i, h) for i, h in enumerate(heads) if h >= 0)\n    if sum(h == -1 for h in heads) != 1 or not nx.is_connected(g):\n        raise ValueError('not a tree')\n    d = dict(nx.all_pairs_shortest_path_length(g))\n    return torch.tensor([[d[i][j] for j in range(len(heads))] for i in range(len(heads))])\n", 'dist-small'),
+}
+
+
+def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+    """The routes the held-out attacks found are forbidden, under every module path that holds
+    the same object (so a re-export cannot pass at home and fail in the grader); the released
+    notebook forbids the same list, and its introduction states the metadata's counts and points,
+    the rules and the grader's limits."""
+    from grading_fixtures.chapters import forbid_gaps
+
+    a = load_assignment(CHAPTER.solution)
+    assert set(MUST_FORBID) <= set(a.forbid)
+    assert forbid_gaps(a.forbid) == []
+    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+    CHAPTER.assert_texts()
+
+
+@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
+def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+    """An answer that calls a forbidden function fails its visible check at home too (in the
+    grader course_lib cannot be imported and the other names are turned off the same way)."""
+    cell, source, check = COURSE_LIB_ROUTES[route]
+    assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
+    home = CHAPTER.home_verdicts({cell: source})
+    assert home[check] is False, (route, home)  # ...until its function is turned off

@@ -127,16 +127,16 @@ class Chapter:
         assert row["status"] == "graded" and row["max_points"] == str(max_points)
         assert int(row["points"]) == points == rep["points"]
 
-    def home_verdicts(self, answers: dict[str, str]) -> dict[str, bool]:
+    def home_verdicts(self, answers: dict[str, str], *, forbid: bool = True) -> dict[str, bool]:
         """The released notebook as a student runs it, in one namespace: its ``course-forbid``
-        cell (if any), the preamble, the answer cells (``answers``: cell id -> source; the
-        others as released), then each visible check cell: check id -> passed."""
+        cell (if any; skipped with ``forbid=False``), the preamble, the answer cells (``answers``:
+        cell id -> source; the others as released), then each visible check cell: check id -> passed."""
         import torch
 
         nb = json.loads(self.exercise.read_text())
         ns: dict = {"__name__": "__main__"}
         out = {}
-        with forbidden_at_home(nb, ns):
+        with forbidden_at_home(nb, ns) if forbid else contextlib.nullcontext():
             for cell in tagged_cells(nb, "preamble"):
                 exec(compile(cell_source(cell), "<preamble>", "exec"), ns)
             for cell in tagged_cells(nb, "answer"):
@@ -152,6 +152,26 @@ class Chapter:
                 except Exception:  # noqa: BLE001 - the notebook shows a failed cell
                     out[cell["metadata"]["course"]["id"]] = False
         return out
+
+    def assert_texts(self) -> None:
+        """The released notebook's introduction states the number of exercises and points of
+        the assignment's metadata, what answers may use, and the grader's limits (the answer
+        cell's and each check's time limit, the notebook's size), with the grader's numbers."""
+        from course_lib.grading.format import load_assignment
+        from course_lib.grading.grade import MAX_NOTEBOOK_BYTES
+
+        a = load_assignment(self.solution)
+        words = "zero one two three four five six seven eight nine ten".split()
+        intro = " ".join(cell_source(json.loads(self.exercise.read_text())["cells"][0]).split())
+        assert f"{words[len(a.exercises)].capitalize()} graded exercises ({a.max_points:g} points)" in intro, intro
+        timeout = max(c.timeout for c in a.checks)
+        assert f"Each answer cell must finish running within {timeout:g} s" in intro, intro
+        assert f"each check within {timeout:g} s" in intro and f"at most {MAX_NOTEBOOK_BYTES // 2**20} MB" in intro, intro
+        assert "**What your answers may use.** torch" in intro and "Not course_lib" in intro, intro
+        for e in a.exercises:  # each exercise's header gives its points
+            header = next(cell_source(c) for c in tagged_cells(json.loads(self.exercise.read_text()), "exercise")
+                          if c["metadata"]["course"]["id"] == e.id)
+            assert f"({e.points:g} point" in header.splitlines()[0], header.splitlines()[0]
 
     def assert_home_verdicts(self, graded: dict) -> None:
         """Every graded submission's visible checks pass or fail at home as in the grader."""
@@ -184,8 +204,7 @@ def forbidden_at_home(nb: dict, ns: dict):
     afterwards (the test process goes on)."""
     saved = []
     for dotted in nb["metadata"].get("course", {}).get("forbid", []):
-        module, attr = dotted.rsplit(".", 1)
-        owner = importlib.import_module(module)
+        owner, attr = resolve_owner(dotted)
         saved.append((owner, attr, getattr(owner, attr)))
     try:
         for cell in tagged_cells(nb, "course-forbid"):
@@ -194,3 +213,53 @@ def forbidden_at_home(nb: dict, ns: dict):
     finally:
         for owner, attr, original in saved:
             setattr(owner, attr, original)
+
+
+def resolve_owner(dotted: str):
+    """``(owner, attribute)`` of a forbidden name as ``forbid`` resolves it: the longest prefix
+    that imports is the module, the rest are attributes (``pkg.mod.Class.method``)."""
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:-1]:
+            owner = getattr(owner, attr)
+        return owner, parts[-1]
+    raise ImportError(dotted)
+
+
+def forbid_gaps(forbid) -> list[str]:
+    """What a forbid list misses: names that resolve to nothing, and for every forbidden
+    object each other module attribute bound to it (an alias a student could import instead)
+    in course_lib (all its modules) and in the other packages the list names."""
+    import pkgutil
+    import types
+
+    import course_lib
+
+    for info in pkgutil.walk_packages(course_lib.__path__, "course_lib."):
+        if "__main__" not in info.name and ".grading" not in info.name:
+            with contextlib.suppress(Exception):
+                importlib.import_module(info.name)
+    problems, objects = [], {}
+    for dotted in forbid:
+        try:
+            owner, attr = resolve_owner(dotted)
+            obj = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        except (ImportError, AttributeError, KeyError):
+            problems.append(f"{dotted}: names nothing")
+            continue
+        if not callable(obj) and not isinstance(obj, staticmethod):
+            problems.append(f"{dotted}: not a function or class")
+        objects.setdefault(id(obj), obj)
+    roots = {d.split(".")[0] for d in forbid} | {"course_lib"}
+    listed = set(forbid)
+    for name, module in list(sys.modules.items()):
+        if not isinstance(module, types.ModuleType) or name.split(".")[0] not in roots or ".grading" in name:
+            continue
+        for attr, value in list(vars(module).items()):
+            if id(value) in objects and value is objects[id(value)] and f"{name}.{attr}" not in listed:
+                problems.append(f"{name}.{attr}: an alias of a forbidden function that is not forbidden")
+    return problems
