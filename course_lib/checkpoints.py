@@ -128,6 +128,12 @@ def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "
     return f"{safe}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
     """``write(temporary name)`` next to ``path``, then an atomic rename onto ``path``: a kill
     during the write leaves the previous file whole (and no temporary file behind)."""
@@ -137,6 +143,7 @@ def _write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: give the file the user's usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

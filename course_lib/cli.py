@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.recipes.transfo_xl",
     "course_lib.recipes.distill",
     "course_lib.recipes.train_command",
+    "course_lib.export",
     "course_lib.bench",
     "course_lib.studies",
 ]

@@ -172,3 +172,47 @@ def test_albert_and_distill_train_and_a_distill_run_resumes(tmp_path, monkeypatc
 
     a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(
+    "values, named",
+    [
+        ({"batch-size": 32.5}, "batch-size = 32.5"),
+        ({"lr": "fast"}, "lr = 'fast'"),
+        ({"steps": -3}, "must be positive"),
+        ({"eval-every": 0}, "must be positive"),
+        ({"resume": "no"}, "resume must be true or false, got 'no'"),
+        ({"steps": [1, 2]}, "must be a single value"),
+    ],
+)
+def test_config_values_are_checked_like_the_command_line_before_any_data_work(
+    tmp_path, capsys, monkeypatch, values, named
+):
+    """One schema: the options' own types and ranges; the error comes before data preparation."""
+    import course_lib.data.text_files as text_files
+
+    def no_data(*a, **k):
+        raise AssertionError("the data was read before the config was checked")
+
+    monkeypatch.setattr(text_files, "find_text_files", no_data)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in values.items()))
+    assert main(["train", "bert", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1, err
+
+
+def test_config_values_given_as_strings_convert_as_on_the_command_line(tmp_path):
+    from course_lib.recipes.train_command import read_config
+
+    parser = build_parser()
+    train = parser._subparsers._group_actions[0].choices["train"]
+    bert = train._subparsers._group_actions[0].choices["bert"]
+    path = tmp_path / "run.cfg"  # no known suffix: read by content
+    path.write_text('steps = "30"\nlr = "1e-3"\nresume = false\n')
+    assert read_config(path, bert) == {"steps": 30, "lr": 1e-3, "resume": False}
+    path.write_text('{"steps": 30}')
+    assert read_config(path, bert) == {"steps": 30}
+    path.write_text("steps: 30\n")
+    with pytest.raises(ValueError, match="not JSON or TOML"):
+        read_config(path, bert)

@@ -109,26 +109,67 @@ class _Renamed:
         return self.parser
 
 
+def _parse_file(path: Path, text: str) -> Any:
+    """TOML or JSON: by the suffix (``.toml``, ``.json``), else by the content (JSON first)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = None  # type: ignore[assignment]
+    suffix = path.suffix.lower()
+    kinds = ["toml"] if suffix == ".toml" else ["json"] if suffix == ".json" else ["json", "toml"]
+    errors = []
+    for kind in kinds:
+        try:
+            if kind == "json":
+                return json.loads(text)
+            if tomllib is None:
+                raise ValueError("TOML needs Python 3.11 or later; use JSON")
+            return tomllib.loads(text)
+        except Exception as e:
+            errors.append(f"{kind.upper()}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    what = "valid " + kinds[0].upper() if len(kinds) == 1 else "JSON or TOML"
+    raise ValueError(f"{path}: not {what} ({'; '.join(errors)})")
+
+
+def _convert(path: Path, key: str, action: argparse.Action, value: Any) -> Any:
+    """``value`` checked and converted exactly as the command line would (the option's
+    ``type`` and ``choices``; a flag takes true or false)."""
+    flag = "--" + key.lstrip("-").replace("_", "-")
+    if action.nargs == 0:  # a flag: store_true / store_false
+        if not isinstance(value, bool):
+            raise ValueError(f"{path}: {key} must be true or false, got {value!r}")
+        return action.const if value else action.default
+    if value is None:
+        return None
+    if isinstance(value, (dict, list)) or (isinstance(value, bool) and action.type is not None):
+        raise ValueError(f"{path}: {key} must be a single value (as {flag} takes), got {value!r}")
+    if action.type is not None:
+        text = repr(value) if isinstance(value, float) else str(value)
+        try:
+            value = action.type(text)
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
+            kind = getattr(action.type, "__name__", "value")
+            detail = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"not a valid {kind}"
+            raise ValueError(f"{path}: {key} = {value!r}: {detail} (as {flag} on the command line)") from None
+    elif not isinstance(value, str):
+        value = str(value)
+    if action.choices is not None and value not in action.choices:
+        raise ValueError(f"{path}: {key} must be one of {list(action.choices)}, got {value!r}")
+    return value
+
+
 def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """Option values from a JSON or TOML file, checked against ``parser``'s options (an unknown
-    name is a ``ValueError`` listing the known ones)."""
+    """Option values from a JSON or TOML file, checked against ``parser``'s options: the same
+    types and ranges as on the command line (one schema), an unknown name a ``ValueError``
+    listing the known ones. TOML or JSON by suffix, else by content."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    text = path.read_text()
     try:
-        if path.suffix.lower() == ".toml":
-            try:
-                import tomllib
-            except ImportError:  # Python 3.10
-                raise ValueError(f"{path}: TOML needs Python 3.11 or later; use a .json file") from None
-            data = tomllib.loads(text)
-        else:
-            data = json.loads(text)
-    except Exception as e:
-        raise ValueError(
-            f"{path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'} ({e})"
-        ) from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (JSON or TOML expected)") from None
+    data = _parse_file(path, text)
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: expected a table of option values, got {type(data).__name__}")
     known = {a.dest: a for a in parser._actions if a.dest not in ("help", "config", "func")}
@@ -140,10 +181,7 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
         if dest not in known:
             names = sorted(k.replace("_", "-") for k in known if not k.startswith("_"))
             raise ValueError(f"{path}: unknown option {key!r}; options: {', '.join(names)}")
-        action = known[dest]
-        if action.choices is not None and value not in action.choices:
-            raise ValueError(f"{path}: {key} must be one of {list(action.choices)}, got {value!r}")
-        out[dest] = value
+        out[dest] = _convert(path, str(key), known[dest], value)
     return out
 
 

@@ -1,0 +1,204 @@
+"""``course export MODEL_DIR OUT_DIR``: a model trained by ``course train`` as a Hugging Face
+folder, so that it leaves the course.
+
+The folder holds what ``transformers`` reads: ``config.json`` with ``model_type`` and
+``architectures``, ``model.safetensors`` in Hugging Face's parameter names (through the
+name maps of :mod:`course_lib.models.hf`, the same ones ``from_hf`` reads with), and the
+tokenizer (``tokenizer.json`` with ``tokenizer_config.json`` and ``special_tokens_map.json``
+naming the special tokens). Then::
+
+    AutoModelForMaskedLM.from_pretrained(folder)        # bert, roberta, albert
+    AutoModelForCausalLM.from_pretrained(folder)        # causal (BertLMHeadModel)
+    XLNetLMHeadModel.from_pretrained(folder)            # xlnet
+    AutoTokenizer.from_pretrained(folder)
+    pipeline("fill-mask", model=folder)
+
+give the course model's logits. ``course train roberta`` trains a BERT network on byte-level
+BPE (the course's RoBERTa objective), so it is exported as a BERT model with that tokenizer.
+Files get the user's usual mode (umask), not the 0600 of a temporary file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["EXPORTABLE", "export_model", "hf_state_dict", "hf_config", "register", "main"]
+
+# our architecture -> (transformers config class, model_type, exported architecture)
+EXPORTABLE: dict[str, tuple[str, str, str]] = {
+    "BertForPreTraining": ("BertConfig", "bert", "BertForPreTraining"),
+    "BertForMaskedLM": ("BertConfig", "bert", "BertForMaskedLM"),
+    "BertLMHeadModel": ("BertConfig", "bert", "BertLMHeadModel"),
+    "AlbertForPreTraining": ("AlbertConfig", "albert", "AlbertForPreTraining"),
+    "AlbertForMaskedLM": ("AlbertConfig", "albert", "AlbertForMaskedLM"),
+    "XLNetLMHeadModel": ("XLNetConfig", "xlnet", "XLNetLMHeadModel"),
+}
+
+
+def _load(folder: Path) -> nn.Module:
+    from .recipes import bert as _bert  # noqa: F401  (registers the BERT-family classes)
+    from .recipes import xlnet as _xlnet  # noqa: F401
+    from .recipes.common import load_model
+
+    model, _ = load_model(
+        folder, ("tokenizer.json",), "course train", default_architecture="BertForPreTraining", device="cpu"
+    )
+    return model
+
+
+def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s parameters under Hugging Face's names (XLNet's attention projections in
+    their ``[d_model, heads, d_head]`` layout); a parameter without a name is an error."""
+    names = model.hf_names()
+    state = model.state_dict()
+    params = {k for k, _ in model.named_parameters(remove_duplicate=False)}
+    unnamed = sorted(k for k in params if k not in names)
+    if unnamed:
+        raise ValueError(f"no Hugging Face name for {unnamed[:5]}: this model cannot be exported")
+    out: dict[str, torch.Tensor] = {}
+    xlnet = type(model).__name__.startswith("XLNet")
+    for ours, theirs in names.items():
+        t = state[ours].detach().cpu()
+        if xlnet and theirs.rsplit(".", 1)[-1] in ("q", "k", "v", "r", "o") and ".rel_attn." in theirs:
+            c = model.config
+            heads, d_head = c.n_head, c.d_model // c.n_head
+            t = t.t() if theirs.endswith(("q", "k", "v", "r")) else t  # ours [h*dh, d]; o: [d, h*dh]
+            t = t.reshape(c.d_model, heads, d_head)
+        out[theirs] = t.clone().contiguous()
+    # Hugging Face keeps the decoder's bias twice (tied to the head's bias); write both
+    for key in list(out):
+        for head_bias, decoder_bias in (
+            ("cls.predictions.bias", "cls.predictions.decoder.bias"),
+            ("predictions.bias", "predictions.decoder.bias"),
+        ):
+            if key == head_bias and decoder_bias not in out:
+                out[decoder_bias] = out[key].clone()
+    return out
+
+
+def hf_config(model: nn.Module, tokenizer: dict[str, Any]) -> Any:
+    """The ``transformers`` configuration of ``model`` (``model_type``, ``architectures``,
+    the special tokens' ids)."""
+    import transformers
+
+    architecture = type(model).__name__
+    config_class, _, exported = EXPORTABLE[architecture]
+    values = dict(model.config.to_dict())
+    values.pop("architecture", None)
+    if exported.startswith("XLNet"):
+        values.pop("num_labels", None)
+    config = getattr(transformers, config_class)(**values)
+    config.architectures = [exported]
+    ids = {t["content"]: t["id"] for t in tokenizer.get("added_tokens", [])}
+    specials = _special_tokens(tokenizer)
+    for name in ("pad", "bos", "eos", "sep", "cls", "mask", "unk"):
+        token = specials.get(f"{name}_token")
+        if token in ids and hasattr(config, f"{name}_token_id"):
+            setattr(config, f"{name}_token_id", ids[token])
+    if architecture == "BertLMHeadModel":
+        config.is_decoder = True
+    return config
+
+
+def _special_tokens(tokenizer: dict[str, Any]) -> dict[str, str]:
+    added = [t["content"] for t in tokenizer.get("added_tokens", []) if t.get("special")]
+    out: dict[str, str] = {}
+    for kind, candidates in {
+        "pad_token": ("[PAD]", "<pad>"),
+        "unk_token": ("[UNK]", "<unk>"),
+        "cls_token": ("[CLS]", "<s>", "<cls>"),
+        "sep_token": ("[SEP]", "</s>", "<sep>"),
+        "mask_token": ("[MASK]", "<mask>"),
+        "bos_token": ("<s>", "[CLS]"),
+        "eos_token": ("</s>", "[SEP]"),
+    }.items():
+        token = next((c for c in candidates if c in added), None)
+        if token is not None:
+            out[kind] = token
+    return out
+
+
+def export_model(source: str | Path, out: str | Path) -> Path:
+    """Write the Hugging Face folder ``out`` for the model folder ``source`` (written by
+    ``course train``); returns ``out``. ``ValueError`` for a model transformers has no class
+    for (ELMo, Transformer-XL's course variant) or a folder that is not a model's."""
+    from safetensors.torch import save_file
+
+    from .checkpoints import _write_atomically, atomic_write_text
+
+    source, out = Path(source), Path(out)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"{source} is not a model folder written by `course train` (no config.json)")
+    architecture = json.loads((source / "config.json").read_text()).get("architecture", "BertForPreTraining")
+    if architecture not in EXPORTABLE:
+        raise ValueError(
+            f"{source} holds a {architecture}, which transformers has no class for; exportable: "
+            + ", ".join(sorted(EXPORTABLE))
+        )
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    if out.resolve() == source.resolve():
+        raise ValueError("the export folder must differ from the model folder")
+    model = _load(source)
+    tokenizer = json.loads((source / "tokenizer.json").read_text())
+    config = hf_config(model, tokenizer)
+    state = hf_state_dict(model)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.json", config.to_json_string())
+    _write_atomically(out / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
+    specials = _special_tokens(tokenizer)
+    max_len = getattr(model.config, "max_position_embeddings", None) or 512
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": int(max_len),
+        "clean_up_tokenization_spaces": False,
+        **specials,
+    }
+    _write_atomically(out / "tokenizer.json", lambda tmp: shutil.copyfile(source / "tokenizer.json", tmp))
+    atomic_write_text(out / "tokenizer_config.json", json.dumps(tokenizer_config, indent=1))
+    atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=1))
+    return out
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    try:
+        out = export_model(args.model, args.out)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"course export: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"exported to {out.resolve()} (transformers: AutoModel*.from_pretrained / "
+        f"AutoTokenizer.from_pretrained / pipeline('fill-mask', model=...))"
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a model trained by `course train` as a Hugging Face folder",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("model", metavar="MODEL_DIR", help="a folder written by `course train`")
+    p.add_argument("out", metavar="OUT_DIR", help="the Hugging Face folder to write")
+    p.set_defaults(func=_cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(["export", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""``course export``: models trained by ``course train`` leave the course as Hugging Face
+folders that ``transformers`` loads (Auto classes, tokenizer, fill-mask pipeline) with the
+course model's logits."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.cli import main
+
+transformers = pytest.importorskip("transformers")
+
+TRAIN = ["--data", "generated", "--size", "tiny", "--n-docs", "40", "--batch-size", "8", "--steps", "3"]
+SENTENCES = ["the cat sat on the mat.", "a dog ran"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """objective -> (course model folder, exported folder), exported under umask 022."""
+    root = tmp_path_factory.mktemp("export")
+    out = {}
+    old = os.umask(0o022)
+    try:
+        for objective in ("bert", "roberta", "albert", "causal", "xlnet"):
+            model, hf = root / objective, root / f"{objective}-hf"
+            assert main(["train", objective, *TRAIN, "--out", str(model)]) == 0
+            assert main(["export", str(model), str(hf)]) == 0
+            out[objective] = (model, hf)
+    finally:
+        os.umask(old)
+    return out
+
+
+def _logits(objective: str, model_dir: Path, hf_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    from course_lib.export import _load
+
+    ours = _load(model_dir)
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    enc = tok(SENTENCES, return_tensors="pt", padding=True)
+    cls = {
+        "causal": transformers.AutoModelForCausalLM,
+        "xlnet": transformers.XLNetLMHeadModel,
+    }.get(objective, transformers.AutoModelForMaskedLM)
+    theirs = cls.from_pretrained(hf_dir).eval()
+    kw = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    with torch.no_grad():
+        a, b = ours(**kw), theirs(**kw)
+    mine = getattr(a, "mlm_logits", None)
+    return (a.logits if mine is None else mine), b.logits
+
+
+@pytest.mark.parametrize("objective", ["bert", "roberta", "albert", "causal", "xlnet"])
+def test_transformers_loads_the_export_with_the_course_logits(exported, objective):
+    model_dir, hf_dir = exported[objective]
+    config = transformers.AutoConfig.from_pretrained(hf_dir)
+    assert config.model_type == {"albert": "albert", "xlnet": "xlnet"}.get(objective, "bert")
+    assert config.architectures
+    if objective in ("bert", "roberta", "albert", "causal", "xlnet"):
+        transformers.AutoModel.from_pretrained(hf_dir)  # the bare body loads too
+    ours, theirs = _logits(objective, model_dir, hf_dir)
+    assert ours.shape == theirs.shape
+    assert (ours - theirs).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("objective", ["bert", "roberta", "albert"])
+def test_the_fill_mask_pipeline_runs_on_the_export(exported, objective):
+    _, hf_dir = exported[objective]
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    assert tok.mask_token is not None and tok.pad_token is not None
+    fill = transformers.pipeline("fill-mask", model=str(hf_dir))
+    top = fill(f"the {tok.mask_token} sat on the mat.")
+    assert len(top) == 5 and all(0 <= t["score"] <= 1 for t in top)
+
+
+def test_exported_and_trained_files_follow_the_umask(exported):
+    model_dir, hf_dir = exported["bert"]
+    for f in [*hf_dir.iterdir(), model_dir / "model.safetensors", model_dir / "config.json"]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
+def test_a_model_transformers_has_no_class_for_is_refused_in_one_line(tmp_path, capsys):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"architecture": "ElmoLanguageModel"}))
+    assert main(["export", str(tmp_path / "m"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "ElmoLanguageModel" in err and len(err.splitlines()) == 1
+    assert main(["export", str(tmp_path / "missing"), str(tmp_path / "out")]) == 2
