@@ -108,6 +108,22 @@ def test_built_pages_load_nothing_from_the_network(built_book):
         assert external == [], f"{page.name} loads scripts from the network: {external}"
 
 
+def test_widget_state_within_the_page_budget(built_book):
+    """The widgets' code and precomputed data (draws, probabilities, attention maps) that a
+    chapter page embeds stay within the budget of :data:`course_lib.widgets.front.PAGE_BUDGET`."""
+    from course_lib.widgets.front import PAGE_BUDGET
+
+    for page in sorted(built_book.joinpath("book").glob("*.html")):
+        m = re.search(
+            r'<script type="application/vnd.jupyter.widget-state\+json">(.*?)</script>',
+            page.read_text(),
+            re.S,
+        )
+        size = len(m.group(1).encode()) if m else 0
+        print(f"{page.name}: widget state {size:,} bytes")
+        assert size <= PAGE_BUDGET, f"{page.name}: {size:,} bytes of widget state, over {PAGE_BUDGET:,}"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -173,10 +189,15 @@ def served_book(built_book):
     srv.wait(timeout=10)
 
 
-def open_offline(browser, url):
-    """Open ``url`` with every request off 127.0.0.1 refused; return (page, failures)."""
+def open_offline(browser, url, *, errors: bool = False):
+    """Open ``url`` with every request off 127.0.0.1 refused; return (page, failures), and
+    with ``errors=True`` also the console errors and page errors (but the one Jupyter Book 1
+    always makes: sphinx-thebe's config script written twice, a second `const THEBE_JS_URL`)."""
     page = browser.new_page()
     failures: list[str] = []
+    logged: list[str] = []
+    page.on("console", lambda m: m.type == "error" and logged.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: "THEBE_JS_URL" not in str(e) and logged.append(f"page error: {e}"))
 
     def route(r):
         if r.request.url.startswith("http://127.0.0.1:"):
@@ -188,7 +209,7 @@ def open_offline(browser, url):
     page.route("**/*", route)
     page.on("response", lambda resp: resp.status >= 400 and failures.append(f"HTTP {resp.status} {resp.url}"))
     page.goto(url, wait_until="networkidle")
-    return page, failures
+    return (page, failures, logged) if errors else (page, failures)
 
 
 def close(page) -> None:
@@ -201,7 +222,7 @@ def close(page) -> None:
 def test_chapter_02_renders_offline(browser, served_book):
     page, failures = open_offline(browser, f"{served_book}/book/02_transformer.html")
     page.wait_for_selector("mjx-container", state="attached", timeout=20000)
-    page.wait_for_selector(".widget-dropdown", state="attached", timeout=20000)
+    page.wait_for_selector(".course-w-attention .course-w-map", state="attached", timeout=20000)
     page.wait_for_timeout(500)
     # math: every $...$ was typeset, none left raw
     n_math = page.locator("mjx-container").count()
@@ -214,15 +235,12 @@ def test_chapter_02_renders_offline(browser, served_book):
         "Array.from(document.querySelectorAll('article.bd-article img')).map(i => [i.src, i.complete && "
         "i.naturalWidth > 0])"
     )
-    assert len(images) >= 5, images  # learning curve, two head grids, positional encoding, the widget
+    assert len(images) >= 4, images  # learning curve, two head grids, positional encoding
     assert all(ok for _, ok in images), [src for src, ok in images if not ok]
-    # the widget snapshot: controls and the plot inside its output area
-    assert page.locator(".widget-dropdown select").count() == 1
-    assert page.locator(".widget-slider").count() >= 3
-    widget_imgs = page.evaluate(
-        "Array.from(document.querySelectorAll('.widget-output img')).map(i => i.naturalWidth)"
-    )
-    assert widget_imgs and all(w > 0 for w in widget_imgs), "the widget's plot did not render"
+    # the attention explorer, live: its controls and the map it draws in the page
+    assert page.locator(".course-w-attention select.course-w-kind").count() == 1
+    assert page.locator(".course-w-attention input[type=range]").count() >= 3
+    assert page.locator(".course-w-map td").count() > 0, "the explorer drew no map"
     assert failures == [], failures
     close(page)
 
@@ -237,14 +255,18 @@ def test_intro_page_renders_offline(browser, served_book):
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_every_chapter_renders_offline(browser, served_book, built_book, path):
     """Every chapter page, with the network refused: its formulas typeset without errors,
-    every image loaded, and every widget snapshot stored in the page rendered."""
+    every image loaded, every widget stored in the page rendered, and each course widget
+    live: one action on its controls changes what it shows (no kernel; the values are
+    checked against the Python reference on small pages in tests/test_widget_pages.py)."""
+    import widget_pages
+
     html = (built_book / "book" / f"{path.stem}.html").read_text()
-    page, failures = open_offline(browser, f"{served_book}/book/{path.stem}.html")
+    page, failures, errors = open_offline(browser, f"{served_book}/book/{path.stem}.html", errors=True)
     page.wait_for_selector("mjx-container", state="attached", timeout=20000)
     assert page.locator("mjx-merror").count() == 0, "MathJax reported a TeX error"
     n_views = html.count('type="application/vnd.jupyter.widget-view+json"')
     if n_views:
-        page.wait_for_selector(".jupyter-widgets", state="attached", timeout=20000)
+        page.wait_for_selector(".course-w, .jupyter-widgets", state="attached", timeout=20000)
     page.wait_for_timeout(500)
     images = page.evaluate(
         "Array.from(document.querySelectorAll('article.bd-article img')).map(i => [i.src, i.complete && "
@@ -254,10 +276,13 @@ def test_every_chapter_renders_offline(browser, served_book, built_book, path):
     assert all(ok for _, ok in images), [src for src, ok in images if not ok]
     if n_views:
         rendered = page.evaluate(
-            "document.querySelectorAll('.jupyter-widgets.widget-container, "
+            "document.querySelectorAll('.course-w, .jupyter-widgets.widget-container, "
             ".jupyter-widgets.widget-box').length"
         )
         assert rendered >= 1, f"{n_views} widget views stored, none rendered"
+        poked = widget_pages.poke_widgets(page)
+        assert all(changed for _, changed in poked), f"widgets that did not respond: {poked}"
+    assert errors == [], errors
     assert failures == [], failures
     close(page)
 

@@ -353,3 +353,12 @@ def test_parameter_counter_is_live(pages, browser):
     check(ParameterCounter("ALBERT-xxlarge", heads="pretraining").report())
     assert o.problems == [], o.problems
     o.close()
+
+
+def test_one_action_changes_every_widget(pages, browser):
+    """What the whole book's browser test (tests/test_book.py) does on each chapter."""
+    for name in wp.PAGES:
+        o = Opened(browser, pages / f"{name}.html", ".course-w")
+        assert wp.poke_widgets(o.page) == [(name, True)]
+        assert o.problems == [], o.problems
+        o.close()

@@ -165,3 +165,50 @@ def build(folder: Path) -> tuple[Path, float]:
 if __name__ == "__main__":  # python tests/widget_pages.py /tmp/widget-book: build and print the index
     html, seconds = build(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/widget-book"))
     print(f"built in {seconds:.0f} s: file://{html / 'index.html'}")
+
+
+# ---------------------------------------------------------------------------------------
+# One action per widget, for any page (the chapters' too: tests/test_book.py)
+# ---------------------------------------------------------------------------------------
+
+_SET_RANGE = "s => { s.value = s.max; s.dispatchEvent(new Event('input', {bubbles: true})); }"
+_SET_RANGE_MIN = "s => { s.value = s.min; s.dispatchEvent(new Event('input', {bubbles: true})); }"
+
+
+def _act(page, w, kind: str) -> None:
+    if kind == "permutation":
+        w.locator(".course-w-ltr").click()
+        w.locator(".course-w-sample").click()
+    elif kind == "masking":
+        w.locator(".course-w-rate").evaluate(_SET_RANGE)  # every token chosen
+        w.locator(".course-w-redraw").click()
+    elif kind == "temperature":
+        w.locator(".course-w-slider").evaluate(_SET_RANGE)  # T = 10^1.5: much flatter
+    elif kind == "attention":
+        w.locator(".course-w-temp").evaluate(_SET_RANGE_MIN)  # T = 0.1: much sharper
+    elif kind == "parameters":
+        w.locator(".course-w-num_hidden_layers").fill("3")
+        w.locator(".course-w-num_hidden_layers").press("Enter")
+    else:
+        raise ValueError(f"no action for widget kind {kind!r}")
+
+
+def poke_widgets(page) -> list[tuple[str, bool]]:
+    """Each course widget on ``page``: its kind and whether one action on its controls (a
+    sampled order, a masking rate, a temperature, a layer count) changed what it shows."""
+    out = []
+    widgets = page.locator(".course-w")
+    for k in range(widgets.count()):
+        w = widgets.nth(k)
+        cls = w.get_attribute("class") or ""
+        kind = next(c[len("course-w-") :] for c in cls.split() if c.startswith("course-w-"))
+        w.scroll_into_view_if_needed()
+        before = w.locator(".course-w-out, .course-w-table, .course-w-grids").evaluate_all(
+            "els => els.map(e => e.innerHTML).join('|')"
+        )
+        _act(page, w, kind)
+        after = w.locator(".course-w-out, .course-w-table, .course-w-grids").evaluate_all(
+            "els => els.map(e => e.innerHTML).join('|')"
+        )
+        out.append((kind, bool(before) and before != after))
+    return out
