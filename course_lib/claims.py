@@ -28,7 +28,9 @@ chapter, the claim, the value, the band, the setting) to ``path``; with
 ``COURSE_CLAIMS_RECORD_ONLY=1`` a claim that fails is recorded instead of raised, so one run
 collects every value. ``COURSE_SEED_OFFSET=k`` shifts every :func:`~course_lib.seed_everything`
 seed by ``k`` (and the model cache keys with it), which is how the band script runs a chapter
-with other seeds.
+with other seeds. ``COURSE_PRECISION=bf16`` (:mod:`course_lib.device`) trains every chapter
+under bf16 autocast on the CPU, the code path a GPU takes (``make test-bf16``; the bands
+script's ``-bf16`` setting): a band must hold under a GPU's numerics too.
 
 **Strict in the tests, a notice for the reader.** A claim that fails raises
 :class:`ClaimError` (an ``AssertionError``) in the test suite, nbval, the book build, the

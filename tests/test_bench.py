@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -45,15 +46,16 @@ def test_training_flops_matches_flop_counter_on_a_tiny_bert():
     model = BertForPreTraining(config).train()
     b, s = 3, 12
     ids = torch.randint(5, 120, (b, s))
-    labels = ids.masked_fill(torch.rand(b, s) > 0.15, -100)
-    labels[:, 1] = ids[:, 1]
+    labels = torch.full_like(ids, -100)
+    labels[:, [1, 5]] = ids[:, [1, 5]]  # P = 2 labelled positions per sequence
 
     def step() -> None:
-        model(input_ids=ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 0])).loss.backward()
+        nsp = torch.tensor([0, 1, 0])
+        model(input_ids=ids, labels=labels, next_sentence_label=nsp, masked_only=True).loss.backward()
 
     counted = count_flops(step)
     assert counted > 0
-    assert training_flops(config, b, s) == pytest.approx(counted, rel=0.10)
+    assert training_flops(config, b, s, num_predict=2) == pytest.approx(counted, rel=0.10)
     # linear in the batch, quadratic terms in the length
     assert training_flops(config, 2 * b, s) == 2 * training_flops(config, b, s)
     assert training_flops(config, b, 2 * s) > 2 * training_flops(config, b, s)
@@ -64,7 +66,7 @@ def test_training_flops_matches_flop_counter_for_every_benchmarked_step(name):
     """The benchmark's own step of each model (XLNet's two streams and partial prediction too)."""
     ours, _ = build_pair(name, TINY)
     batch = make_batch(name, TINY)
-    counted = count_flops(lambda: ours(**batch).loss.backward())
+    counted = count_flops(lambda: ours(**batch, **bench.COURSE_STEP_OPTIONS.get(name, {})).loss.backward())
     assert training_flops(ours.config, TINY.batch, TINY.seq, num_predict=TINY.num_predict) == pytest.approx(
         counted, rel=0.05
     )
@@ -213,3 +215,15 @@ def test_spread_and_the_markdown_report(tmp_path, capsys, restore_threads):
         assert column in header
     row = [line for line in out.splitlines() if line.startswith("| bert")][0]
     assert len(row.split("|")) == len(header.split("|"))
+
+
+def test_the_appendix_table_is_the_generated_report_of_a_run():
+    """The training appendix includes benchmarks/bench_cpu.md, which is describe_run() of the JSON
+    of the same run: regenerate both with the command the appendix gives, never edit them."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "book" / "appendix_training.md").read_text()
+    assert "```{include} ../benchmarks/bench_cpu.md" in page
+    assert "| bert |" not in page  # no table typed into the page
+    result = json.loads((root / "benchmarks" / "bench_cpu.json").read_text())
+    text = (root / "benchmarks" / "bench_cpu.md").read_text()
+    assert text == bench.GENERATED_NOTE + bench.describe_run(result) + "\n"
