@@ -39,6 +39,7 @@ LAYERS = {
     "notebooks": 6,
     "cli": 6,
     "bench": 6,
+    "export": 6,
     "grading": 6,
     "__init__": 6,
     "__main__": 6,
