@@ -146,7 +146,7 @@ _ACTIVATIONS = {"relu": F.relu, "tanh": torch.tanh}
 class ElmoConfig:
     """Sizes of an ELMo biLM. Defaults are a small model that trains on a CPU in minutes.
 
-    ``ElmoConfig.original()``, ``.medium()`` and ``.small()`` are allennlp's released sizes.
+    ``ElmoConfig.original()`` and ``.small()`` are two of allennlp's released sizes.
     """
 
     n_characters: int = N_CHARACTERS  # 256 bytes + 5 specials + padding id 0
@@ -220,16 +220,6 @@ class ElmoConfig:
         return cls(
             **{
                 **dict(filters=_ALLENNLP_FILTERS, n_highway=2, projection_dim=512, lstm_cell_dim=4096),
-                **overrides,
-            }
-        )
-
-    @classmethod
-    def medium(cls, **overrides) -> ElmoConfig:
-        """allennlp's medium ELMo: 1 highway layer, 2048 cells projected to 256 (28.0M without softmax)."""
-        return cls(
-            **{
-                **dict(filters=_ALLENNLP_FILTERS, n_highway=1, projection_dim=256, lstm_cell_dim=2048),
                 **overrides,
             }
         )

@@ -15,7 +15,7 @@ Batch-first throughout: tensors are ``[batch, length, d_model]``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -316,9 +316,6 @@ class Transformer(nn.Module):
         """Distinct parameters (shared ones counted once); ``embeddings=False`` leaves out the tables."""
         tables = () if embeddings else (self.src_embed.weight, self.tgt_embed.weight, self.generator.weight)
         return count_parameters(self, skip=tables)
-
-    def config_dict(self) -> dict:
-        return asdict(self.config)
 
 
 # ---------------------------------------------------------------------------------------
