@@ -34,6 +34,13 @@ def test_presets_are_the_papers_settings():
     assert (albert.pair_task, albert.architecture) == ("sop", "AlbertForPreTraining")
     assert _parse("train", "causal", "--out", "o").causal == "left-to-right"
     assert _parse("train", "bert", "--out", "o", "--data", "x.txt").text == "x.txt"
+    # the command line's default is the API's: BERT masks once (pretrain_bert(masking="static"))
+    import inspect
+
+    from course_lib.recipes.bert import pretrain_bert
+
+    assert _parse("train", "bert", "--out", "o").masking == "static"
+    assert inspect.signature(pretrain_bert).parameters["masking"].default == "static"
 
 
 def test_unknown_objective_is_refused(capsys):

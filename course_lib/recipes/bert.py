@@ -1506,7 +1506,10 @@ def _options(p: argparse.ArgumentParser) -> None:
         "--tokenizer", choices=["wordpiece", "byte-bpe"], default="wordpiece", help="default wordpiece (BERT)"
     )
     p.add_argument(
-        "--masking", choices=["static", "dynamic"], default="dynamic", help="default dynamic (RoBERTa)"
+        "--masking",
+        choices=["static", "dynamic"],
+        default="static",
+        help="default static, as pretrain_bert and BERT's preprocessing (roberta masks dynamically)",
     )
     p.add_argument(
         "--static-copies",
