@@ -287,7 +287,7 @@ def test_attention_widget_is_live(pages, browser):
         shown = np.zeros_like(m)
         for q, k, v in cells:
             shown[q, k] = v
-        assert len(cells) == m.size and np.allclose(shown, m, atol=2e-4), (kind, layer, head, t)
+        assert len(cells) == m.size and np.allclose(shown, m, atol=5e-4), (kind, layer, head, t)
 
     check("encoder", 0, 0)
     set_range(page, ".course-w-head", 1)
