@@ -32,7 +32,7 @@ def pages(tmp_path_factory):
 
 
 def _needed(what: str) -> None:
-    """Skip (or, with COURSE_REQUIRE_BROWSER=1 as `make test` sets it, fail) without ``what``."""
+    """Skip without ``what`` (fail instead with COURSE_REQUIRE_BROWSER=1, as tests/test_book.py does)."""
     msg = f"{what} is needed for the widget pages' browser test"
     if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
         pytest.fail(msg)
