@@ -6,7 +6,9 @@ drives a widget's controls and checks what the page shows against the Python ref
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import shutil
 import time
@@ -22,16 +24,30 @@ from course_lib.widgets.permutation import ITSELF, VISIBLE
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
+    if importlib.util.find_spec("jupyter_book") is None:
+        _needed("jupyter-book (pip install '.[book]')")
     html, seconds = wp.build(tmp_path_factory.mktemp("widget-book"))
     print(f"\nwidget pages built in {seconds:.0f} s")
     return html
 
 
+def _needed(what: str) -> None:
+    """Skip without ``what`` (fail instead with COURSE_REQUIRE_BROWSER=1, as tests/test_book.py does)."""
+    msg = f"{what} is needed for the widget pages' browser test"
+    if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover
+        _needed("playwright")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        _needed("headless Chromium (Debian package 'chromium')")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         yield b
@@ -287,7 +303,7 @@ def test_attention_widget_is_live(pages, browser):
         shown = np.zeros_like(m)
         for q, k, v in cells:
             shown[q, k] = v
-        assert len(cells) == m.size and np.allclose(shown, m, atol=2e-4), (kind, layer, head, t)
+        assert len(cells) == m.size and np.allclose(shown, m, atol=5e-4), (kind, layer, head, t)
 
     check("encoder", 0, 0)
     set_range(page, ".course-w-head", 1)

@@ -162,11 +162,11 @@ def test_masking_widget_precomputes_every_reachable_draw(model, tok):
                 ref = MaskingWidget(model, tok, text=s["text"], mlm_probability=rate, seed=2 + k, k=3).draw()
                 d = s["draws"][r][k]
                 assert [vocab[i] for i in s["tokens"]] == [row.token for row in ref.rows]
-                assert d["a"] == [row.action for row in ref.rows]
+                assert [data["actions"][a] for a in d["a"]] == [row.action for row in ref.rows]
                 assert [vocab[i] for i in d["s"]] == [row.shown for row in ref.rows]
                 for preds, row in zip(d["p"], ref.rows):
                     assert [vocab[t] for t, _ in preds] == [t for t, _ in row.predictions]
-                    assert [p for _, p in preds] == pytest.approx([p for _, p in row.predictions], abs=1e-4)
+                    assert [p for _, p in preds] == pytest.approx([p for _, p in row.predictions], abs=5e-4)
     # with a kernel, a typed sentence is drawn on request
     answer = w._answer({"text": "A dog barks.", "rates": [0.5], "n_seeds": 1})
     ref = MaskingWidget(model, tok, text="A dog barks.", mlm_probability=0.5, seed=2, k=3).draw()
@@ -212,7 +212,7 @@ def test_bert_attention_explorer_widget_draws_the_chosen_head(model, tok):
     torch.testing.assert_close(
         torch.tensor(box.data["weights"]["A dog barks loudly."][1][1]).float(),
         weights["A dog barks loudly."][1][1],
-        atol=1e-5,
+        atol=5e-5,
         rtol=0,
     )
     fig = explorer.draw("The cat sleeps.", 0, 0)

@@ -336,3 +336,5 @@ def test_kernel_requests_land_in_extra(model):
     box._on_request(box, {"key": "bad", "order": [4, 4, 2, 1, 0]}, [])
     assert len(box.extra["4 3 2 1 0"]["log_probs"]) == 5
     assert "more than once" in box.extra["bad"]["error"]
+    box._on_request(box, {"kind": "anywidget-command"}, [])  # not a request of ours: ignored
+    assert set(box.extra) == {"4 3 2 1 0", "bad"}

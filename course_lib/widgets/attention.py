@@ -101,7 +101,7 @@ class AttentionExplorer:
         fig.tight_layout()
         return fig
 
-    def front_data(self, kind: str | None = None, digits: int = 5) -> dict:
+    def front_data(self, kind: str | None = None, digits: int = 4) -> dict:
         """What the page draws from: every kind's weights (rounded to ``digits`` decimals),
         its axis labels and the starting kind; the temperature is applied in the page."""
         kind = kind or self.kinds[0]

@@ -77,8 +77,8 @@ def _widget_class():
 
         def _on_request(self, _widget, content, _buffers) -> None:
             """A request from the front end (only with a kernel): answer it into ``extra``."""
-            if self._handler is None or not isinstance(content, dict):
-                return
+            if self._handler is None or not isinstance(content, dict) or "key" not in content:
+                return  # not one of the course's requests (anywidget's own messages, say)
             key = str(content.get("key", ""))
             try:
                 answer = self._handler(content)

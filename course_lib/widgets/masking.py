@@ -36,6 +36,7 @@ from .attention import AttentionExplorer
 __all__ = ["TokenRow", "MaskingDraw", "MaskingWidget", "bert_attention", "bert_attention_explorer"]
 
 _ACTION_NAMES = {0: "", MASKED: "[MASK]", RANDOM: "random", KEPT: "kept"}
+_ACTIONS = ["", "[MASK]", "random", "kept"]  # a draw's actions in the page's data: indices into this
 
 
 @dataclass
@@ -257,9 +258,9 @@ class MaskingWidget:
                 d = self._draw_at(text, rate, self.seed + k)
                 per_rate.append(
                     {
-                        "a": [r.action for r in d.rows],
+                        "a": [_ACTIONS.index(r.action) for r in d.rows],
                         "s": [ix(r.shown) for r in d.rows],
-                        "p": [[[ix(t), round(p, 4)] for t, p in r.predictions] for r in d.rows],
+                        "p": [[[ix(t), round(p, 3)] for t, p in r.predictions] for r in d.rows],
                     }
                 )
             draws.append(per_rate)
@@ -270,7 +271,8 @@ class MaskingWidget:
         """What the page shows, precomputed: for each sentence (``texts``, default the current
         one; the current one first), each masking rate on the slider (0, 0.05, ..., 1 and the
         current one) and ``n_seeds`` seeds from the current seed on (what "redraw" steps
-        through), the draw (what each position became) and the model's top-k predictions."""
+        through), the draw (what each position became, an index into ``actions``) and the
+        model's top-k predictions (probabilities to 3 decimals; the table shows 2)."""
         texts = list(dict.fromkeys([self.text, *(texts or [])]))
         for t in texts:
             if not t.strip():
@@ -286,6 +288,7 @@ class MaskingWidget:
             "seed": self.seed,
             "n_seeds": n_seeds,
             "vocab": list(vocab),
+            "actions": _ACTIONS,
             "sentences": sentences,
         }
 

@@ -40,7 +40,7 @@ function render({ model, el }) {
     const counts = { "[MASK]": 0, random: 0, kept: 0 };
     let chosen = 0, right = 0;
     const rows = s.tokens.map((t, i) => {
-      const token = v[t], action = d.a[i], preds = d.p[i];
+      const token = v[t], action = data.actions[d.a[i]], preds = d.p[i];
       if (action) {
         chosen += 1;
         counts[action] += 1;

@@ -87,6 +87,7 @@ function render({ model, el }) {
   const key = (order) => order.join(" ");
   let order = data.order.slice();
   let samples = 0;
+  const asked = new Set();
 
   const box = root(el, "course-w-permutation");
   const input = h("input", { type: "text", class: "course-w-order", placeholder: labels.map((_, i) => i + 1).join(" ") });
@@ -142,7 +143,10 @@ function render({ model, el }) {
           err || `The page holds the model's probabilities for ${Object.keys(data.log_probs).length} orders ` +
             "(the first one, left to right and the sampled ones); run the notebook for this order's.")
       );
-      model.send({ key: k, order });
+      if (!asked.has(k)) {
+        asked.add(k); // ask the kernel once per order (nobody answers in the static page)
+        model.send({ key: k, order });
+      }
     }
     table.replaceChildren(
       h("table", { style: "font-family:monospace;font-size:12px", class: "course-w-steps" }, rows),
