@@ -567,6 +567,45 @@ def test_gradescope_results_have_the_documented_fields():
     assert err["score"] == 0.0 and err["tests"] == [] and "file too large" in err["output"]
 
 
+def test_notebooks_setup_rewrites_every_set_up_cell_from_config(tmp_path, monkeypatch, capsys):
+    """Publishing: change _config.yml's repository url, run `course notebooks setup`: every
+    chapter's, solution's and exercise's set-up cell installs from it, nothing else changes."""
+    import shutil
+
+    from course_lib.notebooks import setup_cell_source
+
+    url = "https://github.com/example-university/lm-course"
+    for name in ("_toc.yml",):
+        shutil.copy(ROOT / name, tmp_path / name)
+    config = (ROOT / "_config.yml").read_text()
+    old_url = re.search(r"^repository:\s*\n(?:[ \t].*\n)*?[ \t]+url:\s*(\S+)", config, re.M).group(1)
+    (tmp_path / "_config.yml").write_text(config.replace(old_url, url))
+    copies = []
+    for folder in ("book", "solutions", "exercises"):
+        (tmp_path / folder).mkdir()
+        copies.append(Path(shutil.copy(ROOT / folder / "02_transformer.ipynb", tmp_path / folder)))
+    monkeypatch.chdir(tmp_path)
+    assert course_main(["notebooks", "setup", "--check"]) == 1  # out of date: reported, not changed
+    assert all(p.read_bytes() == (ROOT / p.parent.name / p.name).read_bytes() for p in copies)
+    capsys.readouterr()
+    assert course_main(["notebooks", "setup"]) == 0
+    assert "3 notebook(s) rewritten for " + url in capsys.readouterr().out
+    for p in copies:
+        before, after = json.loads((ROOT / p.parent.name / p.name).read_text()), json.loads(p.read_text())
+        changed = [i for i, (a, b) in enumerate(zip(before["cells"], after["cells"])) if a != b]
+        assert len(changed) == 1 and "".join(after["cells"][changed[0]]["source"]) == setup_cell_source(url), p
+        assert after["metadata"] == before["metadata"] and len(after["cells"]) == len(before["cells"])
+    assert check_notebook(copies[0], url=url) == []
+    assert course_main(["notebooks", "setup", "--check"]) == 0  # idempotent
+    bad = tmp_path / "book" / "bad.ipynb"
+    nb = json.loads(copies[0].read_text())
+    nb["cells"] = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    bad.write_text(json.dumps(nb))
+    capsys.readouterr()
+    assert course_main(["notebooks", "setup"]) == 1
+    assert "bad.ipynb: its first code cell is not a set-up cell" in capsys.readouterr().out
+
+
 def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox
