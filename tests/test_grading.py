@@ -606,6 +606,34 @@ def test_notebooks_setup_rewrites_every_set_up_cell_from_config(tmp_path, monkey
     assert "bad.ipynb: its first code cell is not a set-up cell" in capsys.readouterr().out
 
 
+def test_messages_not_implemented_dtype_and_aliases():
+    """Item 6: only the released stub's NotImplementedError (or a bare one) reads "not
+    implemented yet"; dtype is compared exactly where a check asks; an object passed twice
+    is named as one."""
+    from course_lib.grading.checker import _aliases, _is_stub_message
+    from course_lib.grading.release import make_stub
+    from course_lib.grading.sandbox_worker import apply_aliases
+
+    stub = make_stub("def f(x):\n    return x\n", exercise_title="The f")
+    try:
+        exec(stub + "\nf(1)\n", {})
+    except NotImplementedError as exc:
+        released = str(exc)
+    assert _is_stub_message(released, "f") and _is_stub_message("", "f")
+    assert not _is_stub_message("Could not run 'aten::add' with arguments from the 'SparseCPU' backend", "f")
+    assert not _is_stub_message("my own: not done", "f") and not _is_stub_message(released, "g")
+    a, b = torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float32)
+    assert compare_values(a, b, rtol=1e-5, atol=1e-5, hidden=False) is None  # by kind, by default
+    msg = compare_values(a, b, rtol=1e-5, atol=1e-5, hidden=False, exact_dtype=True)
+    assert msg == "the result has dtype float32, but should be float64 (the instructions name it)"
+    assert compare_values([a], [b], rtol=0, atol=0, hidden=True, exact_dtype=True) is not None
+    t, lst = torch.ones(3), [1, 2]
+    assert _aliases((t, t, lst), {"y": lst, "z": torch.ones(3)}) == [[0, 1], [2, "y"]]
+    args, kwargs = [torch.ones(3), torch.ones(3), [1, 2]], {"y": [1, 2]}
+    apply_aliases(args, kwargs, [[0, 1], [2, "y"]])
+    assert args[0] is args[1] and kwargs["y"] is args[2]
+
+
 def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox

@@ -414,6 +414,43 @@ def test_checks_cannot_be_made_to_spend(tmp_path, capsys):
     assert elapsed < 240
 
 
+def test_an_object_passed_twice_is_one_object_in_the_sandbox():
+    from course_lib.grading.checker import _aliases
+    from course_lib.grading.wire import encode_for_sandbox, to_python
+
+    box = Sandbox("bwrap" if HAVE_BWRAP else "none")
+    box.start(time.monotonic() + 120)
+    try:
+        assert box.request({"op": "exec", "key": "a", "source": "def same(x, y):\n    x.add_(1)\n    return x is y\n"}, time.monotonic() + 30).ok
+        import torch
+
+        t = torch.zeros(2)
+        req = {"op": "call", "name": "same", "args": [encode_for_sandbox(t), encode_for_sandbox(t)], "kwargs": []}
+        plain = box.request(req, time.monotonic() + 30)
+        shared = box.request({**req, "aliases": _aliases((t, t), {})}, time.monotonic() + 30)
+    finally:
+        box.kill()
+    assert to_python(plain.value) is False and to_python(shared.value) is True
+
+
+MESSAGE_CASES = {
+    # torch's (or the student's own) NotImplementedError keeps its message
+    "own_not_implemented": ({"causal-mask-answer": "def causal_mask(length, key_length=None):\n    raise NotImplementedError('sparse masks are not supported here')\n"}, "causal-mask-small", "raised NotImplementedError: sparse masks are not supported here"),
+    # a function that raised where a check (compare off) used its result: "raised", not "returned"
+    "raised_not_returned": ({"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        raise TypeError('my own message')\n    return _split(x, n_heads)\n"}, "heads-loop", "raised TypeError: my own message"),
+}
+
+
+def test_messages_say_what_happened(tmp_path, capsys):
+    sol = _spending_solution(tmp_path / "solutions")
+    subs = [Case(name, answers=answers).write(tmp_path) for name, (answers, _, _) in MESSAGE_CASES.items()]
+    proc, _ = course_grade_here(capsys, subs, tmp_path / "out", "--solutions", str(sol.parent), "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, (_, check, expected) in MESSAGE_CASES.items():
+        msg = messages(tmp_path / "out", name)[check]
+        assert expected in msg and "not implemented yet" not in msg and "returned" not in msg, msg
+
+
 def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     """Without --assignment the assignment comes from each notebook's metadata."""
     subs = tmp_path / "subs"

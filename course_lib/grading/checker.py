@@ -38,7 +38,7 @@ from .compare import compare_values
 from .format import Assignment, Check, load_assignment
 from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_subreaper
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
-from .sandbox_worker import decode
+from .sandbox_worker import apply_aliases, decode
 
 __all__ = ["ANSWER_CELL_TIMEOUT", "CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
@@ -307,7 +307,9 @@ class StudentFunction:
         enc_args = [encode_for_sandbox(a) for a in args]
         enc_kwargs = [[k, encode_for_sandbox(v)] for k, v in kwargs.items()]
         ref_exc = ref_value = None
+        aliases = _aliases(args, kwargs)
         ref_args, ref_kwargs = [decode(a) for a in enc_args], {k: decode(v) for k, v in enc_kwargs}
+        apply_aliases(ref_args, ref_kwargs, aliases)
         try:
             ref_value = self._reference(*ref_args, **ref_kwargs)
         except Exception as exc:  # noqa: BLE001 - the reference raising is part of the spec
@@ -316,7 +318,10 @@ class StudentFunction:
         for attempt in range(2):
             run.ensure_sandbox()
             try:
-                outcome = run.sandbox.request({"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}, self._deadline[0])
+                req = {"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}
+                if aliases:
+                    req["aliases"] = aliases
+                outcome = run.sandbox.request(req, self._deadline[0])
                 break
             except SandboxLost as exc:  # the student process is gone; the next check forks a new one
                 out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
@@ -345,7 +350,7 @@ class StudentFunction:
             if err["type"] == "NameError" and err["message"] == f"your answer does not define {self._name!r}":
                 note = run.answer_note(check.exercise)
                 raise CheckFailure(f"your answer does not define {self._name}" + (f" ({note})" if note else ""))
-            if err["type"] == "NotImplementedError":
+            if err["type"] == "NotImplementedError" and _is_stub_message(err["message"], self._name):
                 raise CheckFailure(f"{self._name} is not implemented yet (it raised NotImplementedError)")
             if err["type"] == "ForbiddenCall":
                 raise CheckFailure(f"{call}: {_clip(err['message'], 300)}")
@@ -359,7 +364,9 @@ class StudentFunction:
                 for name in err["mro"]:
                     cls = getattr(builtins, name, None)
                     if isinstance(cls, type) and issubclass(cls, Exception):
-                        raise cls(f"{call} raised {err['type']}: {detail}")
+                        exc = cls(f"{call} raised {err['type']}: {detail}")
+                        exc.__course_raised_by_student__ = True  # uncaught, the check reports it as raised
+                        raise exc
             raise CheckFailure(f"{call} raised {err['type']}: {detail}")
         try:
             value = to_python(outcome.value)
@@ -368,7 +375,7 @@ class StudentFunction:
         if check.compare:
             if ref_exc is not None:
                 raise CheckFailure(f"{call} returned {describe(value)}, but should raise {type(ref_exc).__name__}")
-            msg = compare_values(ref_value, value, rtol=check.rtol, atol=check.atol, hidden=check.hidden)
+            msg = compare_values(ref_value, value, rtol=check.rtol, atol=check.atol, hidden=check.hidden, exact_dtype=check.exact_dtype)
             if msg:
                 raise CheckFailure(f"{call}: {msg}")
         return value
@@ -421,6 +428,34 @@ def _mutate_in_place(orig, new) -> None:
                 _mutate_in_place(orig[k], v)
             else:
                 orig[k] = v
+
+
+_STUB_MESSAGE = re.compile(r"exercise .*: write (\w+)\(\) here \(see the instructions above\)", re.S)
+
+
+def _is_stub_message(message: str, name: str) -> bool:
+    """Whether a NotImplementedError is the released stub's (or a bare one): then the answer
+    is "not implemented yet"; any other message (torch's, the student's own) is shown."""
+    message = (message or "").strip()
+    m = _STUB_MESSAGE.fullmatch(message)
+    return not message or (m is not None and m.group(1) == name)
+
+
+def _aliases(args, kwargs) -> list:
+    """``[[first, again], ...]``: arguments that are one object (a tensor, list or dict passed
+    twice), by index or keyword, so that they stay one object in the sandbox and for the
+    reference, as in the notebook."""
+    import torch
+
+    seen: dict[int, object] = {}
+    out = []
+    for key, value in [*enumerate(args), *kwargs.items()]:
+        if isinstance(value, (torch.Tensor, list, dict)):
+            if id(value) in seen:
+                out.append([seen[id(value)], key])
+            else:
+                seen[id(value)] = key
+    return out
 
 
 def _structure(value):
@@ -538,7 +573,9 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     except MemoryError:
         message = "the check ran out of memory working on what your code returned (the grader's memory is limited)"
     except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
-        if check.hidden:  # its message would describe the check's own computation (sizes, values)
+        if getattr(exc, "__course_raised_by_student__", False):  # the student's function raised: say so
+            message = _clip(str(exc), 1000)
+        elif check.hidden:  # its message would describe the check's own computation (sizes, values)
             message = (
                 f"the hidden check stopped with {type(exc).__name__} while using what your code returned "
                 "(its details are not shown: compare the shapes, dtypes and types your function returns with the instructions)"

@@ -125,7 +125,9 @@ class visible_check:
                 value = decode(encode(result))
             except WireError as exc:
                 raise AssertionError(f"{name} returned {exc}, which the grader cannot compare") from None
-            msg = compare_values(decode(expected["value"]), value, rtol=rtol, atol=atol, hidden=False)
+            msg = compare_values(
+                decode(expected["value"]), value, rtol=rtol, atol=atol, hidden=False, exact_dtype=bool(self.record.get("exact_dtype"))
+            )
             if msg:
                 raise AssertionError(f"{describe(args, kwargs)}: {msg}")
             return value
