@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 HOME_RUNNER = r"""
-import json, sys, traceback
+import json, linecache, sys, traceback
 nb = json.load(open(sys.argv[1]))
 ns = {"__name__": "__main__"}
 verdicts = {}
@@ -47,8 +47,10 @@ for cell in nb["cells"]:
         continue
     src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
     tags = cell.get("metadata", {}).get("tags", [])
+    name = "<cell %s>" % cell.get("id")
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # as IPython does
     try:
-        exec(compile(src, "<cell %s>" % cell.get("id"), "exec"), ns)
+        exec(compile(src, name, "exec"), ns)
         ok = True
     except Exception:
         ok = False

@@ -327,16 +327,16 @@ class StudentFunction:
                 out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
                 run.call_output.append(out)
                 run.dropped += dropped
-                if exc.kind == "exit" and attempt == 0 and run.spawned_for != check.id:
-                    # the process served an earlier check (whose calls may have left something that
-                    # ended it later): a fresh process answers this call, so this check is not charged
-                    continue
                 if exc.kind == "exit" and exc.before_request:
                     # it ended after its last answer, before it read this call
                     if run.answered_in_check:  # ... between two calls of this check: it was serving this check
                         raise CheckFailure(f"{call}: the process running your code ended after answering the previous call ({exc.reason})") from None
                     if attempt == 0:  # ... after the previous check was done: a fresh process answers this call
                         continue
+                if exc.kind == "exit" and attempt == 0 and run.spawned_for != check.id:
+                    # it ended while answering, in a process started for an earlier check (whose calls
+                    # may have left something behind that ended it): a fresh process answers this call
+                    continue
                 self._lost(exc, call)
         run.answered_in_check = True
         run.call_output.append(outcome.output)

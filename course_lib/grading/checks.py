@@ -52,9 +52,19 @@ def course_lib_use(fn, _seen: set | None = None) -> str | None:
     def from_course_lib(obj) -> str | None:
         mod = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
         if isinstance(mod, str) and (mod == "course_lib" or mod.startswith("course_lib.")):
-            if not mod.startswith("course_lib.grading.checks"):
-                return mod
+            if not mod.startswith(("course_lib.grading.checks", "course_lib.grading.sandbox_worker")):
+                return mod  # (sandbox_worker: the stubs that turn forbidden functions off, as in the grader)
         return None
+
+    # the cell that defined it (IPython keeps each cell's source in linecache): a top-level
+    # import of course_lib above the function stops that cell in the grader before it is defined
+    import linecache
+    import re
+
+    for line in linecache.getlines(code.co_filename)[: max(code.co_firstlineno - 1, 0)]:
+        m = re.match(r"(?:from\s+(course_lib[\w.]*)\s+import\b|import\s+(course_lib[\w.]*))", line)
+        if m and not (m.group(1) or m.group(2)).startswith("course_lib.grading.checks"):
+            return f"is defined in a cell that imports {m.group(1) or m.group(2)} above it"
 
     env = dict(getattr(fn, "__globals__", {}) or {})
     for cell in getattr(fn, "__closure__", None) or ():
@@ -72,7 +82,8 @@ def course_lib_use(fn, _seen: set | None = None) -> str | None:
         mod = from_course_lib(obj)
         if mod:
             return f"uses {n} from {mod}"
-        if isinstance(obj, types.FunctionType):
+        obj = getattr(obj, "__course_student_function__", obj)  # another check's wrapper around a student function
+        if isinstance(obj, types.FunctionType) and not str(getattr(obj, "__module__", "")).startswith("course_lib."):
             found = course_lib_use(obj, seen)
             if found:
                 return found
@@ -104,7 +115,19 @@ class visible_check:
         self.unrecorded = 0
 
     def __enter__(self):
-        if self.record is None:
+        if self.record is None:  # no recorded calls: check the notebook functions the check's code names
+            import sys
+            import types
+
+            for n in sys._getframe(1).f_code.co_names:
+                fn = getattr(self.namespace.get(n), "__course_student_function__", self.namespace.get(n))
+                if isinstance(fn, types.FunctionType) and fn.__module__ == self.namespace.get("__name__", "__main__"):
+                    used = course_lib_use(fn)
+                    if used:
+                        raise AssertionError(
+                            f"check {self.check_id!r} of exercise {self.title!r} failed: {n} {used}: graded answers "
+                            "cannot use course_lib (only course_lib.grading.checks), so this check fails in the grader"
+                        )
             return self
         for name in self.record["functions"]:
             fn = self.namespace.get(name)
