@@ -4,7 +4,9 @@ Chapter notebooks are committed without outputs, except the cells tagged
 ``nbval-check-output``: nbval (lax mode) compares those cells' fresh output with the stored
 one, so their output must be in the file. ``course notebooks refresh PATH...`` executes a
 notebook and stores exactly those outputs; ``course notebooks check PATH...`` verifies that
-a notebook follows the rules (used by the test suite).
+a notebook follows the rules (used by the test suite). ``course notebooks setup`` rewrites the
+set-up cell of every chapter, solution and exercise notebook from ``_config.yml``'s
+repository URL: publishing the course means editing that one line and running it.
 
 Chapters follow three more rules, so that they hold on every machine (the full text is in
 :mod:`course_lib.claims`): an exact output check only where the output is identical
@@ -33,6 +35,8 @@ __all__ = [
     "refresh",
     "check_notebook",
     "check_chapter",
+    "course_notebooks",
+    "rewrite_setup_cells",
     "compare_executed",
     "prose_numbers",
     "register",
@@ -275,7 +279,64 @@ def check_chapter(path: Path | str, url: str | None = None) -> list[str]:
     return problems
 
 
+def course_notebooks(root: Path | None = None) -> list[Path]:
+    """Every notebook with a set-up cell: the chapters (book/), the solutions and the exercises."""
+    from .book import project_root
+
+    top = project_root(root)
+    return sorted(p for d in ("book", "solutions", "exercises") for p in (top / d).glob("*.ipynb"))
+
+
+def rewrite_setup_cells(paths: list[Path] | None = None, url: str | None = None, *, dry_run: bool = False) -> tuple[list[Path], list[str]]:
+    """Set every notebook's set-up cell (its first code cell, which starts ``# Set-up:``) to
+    :func:`setup_cell_source` for ``url`` (default: ``_config.yml``'s repository URL).
+    Returns ``(changed files, problems)``; nothing else in a file changes (the JSON is written
+    as nbformat writes it). With ``dry_run``, only reports what would change."""
+    import json
+
+    paths = list(paths) if paths else course_notebooks()
+    source = setup_cell_source(url)
+    changed, problems = [], []
+    for path in paths:
+        path = Path(path)
+        try:
+            raw = path.read_text(encoding="utf-8")
+            nb = json.loads(raw)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: cannot read the notebook ({exc})")
+            continue
+        code = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+        first = "".join(code[0]["source"]) if code and isinstance(code[0].get("source"), list) else (code[0].get("source", "") if code else "")
+        if not code or not first.lstrip().startswith("# Set-up:"):
+            problems.append(f"{path}: its first code cell is not a set-up cell (it must start with '# Set-up:')")
+            continue
+        if first == source:
+            continue
+        code[0]["source"] = source.splitlines(True)
+        changed.append(path)
+        if not dry_run:
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return changed, problems
+
+
+def _setup_cmd(args) -> int:
+    url = args.url or repository_url()
+    changed, problems = rewrite_setup_cells(args.paths or None, url, dry_run=args.check)
+    for p in problems:
+        print(p)
+    verb = "would change" if args.check else "rewrote"
+    for p in changed:
+        print(f"{verb} the set-up cell of {p}")
+    print(f"{len(changed)} notebook(s) {'out of date' if args.check else 'rewritten'} for {url}")
+    return 1 if problems or (args.check and changed) else 0
+
+
 def _cmd(args) -> int:
+    if args.action == "setup":
+        return _setup_cmd(args)
+    if not args.paths:
+        print(f"course notebooks {args.action}: give the notebooks to {args.action}")
+        return 2
     status = 0
     for p in args.paths:
         if args.action == "refresh":
@@ -289,8 +350,16 @@ def _cmd(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("notebooks", help="refresh or check the stored outputs of chapter notebooks")
-    p.add_argument("action", choices=["refresh", "check"])
-    p.add_argument("paths", nargs="+", type=Path)
+    p = sub.add_parser(
+        "notebooks",
+        help="refresh or check the stored outputs of chapter notebooks; rewrite their set-up cells",
+        description="refresh/check PATH...: the stored outputs and rules of notebooks. setup [PATH...]: rewrite the "
+        "set-up (Colab install) cell of every chapter, solution and exercise notebook (or of PATH...) from "
+        "_config.yml's repository url (or --url); with --check, only report which are out of date.",
+    )
+    p.add_argument("action", choices=["refresh", "check", "setup"])
+    p.add_argument("paths", nargs="*", type=Path)
     p.add_argument("--chapter", action="store_true", help="also apply the chapter rules (claims, glued numbers)")
+    p.add_argument("--url", help="setup: the repository URL to install from (default: _config.yml's repository url)")
+    p.add_argument("--check", action="store_true", help="setup: change nothing, exit 1 if a set-up cell is out of date")
     p.set_defaults(func=_cmd)

@@ -567,6 +567,73 @@ def test_gradescope_results_have_the_documented_fields():
     assert err["score"] == 0.0 and err["tests"] == [] and "file too large" in err["output"]
 
 
+def test_notebooks_setup_rewrites_every_set_up_cell_from_config(tmp_path, monkeypatch, capsys):
+    """Publishing: change _config.yml's repository url, run `course notebooks setup`: every
+    chapter's, solution's and exercise's set-up cell installs from it, nothing else changes."""
+    import shutil
+
+    from course_lib.notebooks import setup_cell_source
+
+    url = "https://github.com/example-university/lm-course"
+    for name in ("_toc.yml",):
+        shutil.copy(ROOT / name, tmp_path / name)
+    config = (ROOT / "_config.yml").read_text()
+    old_url = re.search(r"^repository:\s*\n(?:[ \t].*\n)*?[ \t]+url:\s*(\S+)", config, re.M).group(1)
+    (tmp_path / "_config.yml").write_text(config.replace(old_url, url))
+    copies = []
+    for folder in ("book", "solutions", "exercises"):
+        (tmp_path / folder).mkdir()
+        copies.append(Path(shutil.copy(ROOT / folder / "02_transformer.ipynb", tmp_path / folder)))
+    monkeypatch.chdir(tmp_path)
+    assert course_main(["notebooks", "setup", "--check"]) == 1  # out of date: reported, not changed
+    assert all(p.read_bytes() == (ROOT / p.parent.name / p.name).read_bytes() for p in copies)
+    capsys.readouterr()
+    assert course_main(["notebooks", "setup"]) == 0
+    assert "3 notebook(s) rewritten for " + url in capsys.readouterr().out
+    for p in copies:
+        before, after = json.loads((ROOT / p.parent.name / p.name).read_text()), json.loads(p.read_text())
+        changed = [i for i, (a, b) in enumerate(zip(before["cells"], after["cells"])) if a != b]
+        assert len(changed) == 1 and "".join(after["cells"][changed[0]]["source"]) == setup_cell_source(url), p
+        assert after["metadata"] == before["metadata"] and len(after["cells"]) == len(before["cells"])
+    assert check_notebook(copies[0], url=url) == []
+    assert course_main(["notebooks", "setup", "--check"]) == 0  # idempotent
+    bad = tmp_path / "book" / "bad.ipynb"
+    nb = json.loads(copies[0].read_text())
+    nb["cells"] = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    bad.write_text(json.dumps(nb))
+    capsys.readouterr()
+    assert course_main(["notebooks", "setup"]) == 1
+    assert "bad.ipynb: its first code cell is not a set-up cell" in capsys.readouterr().out
+
+
+def test_messages_not_implemented_dtype_and_aliases():
+    """Item 6: only the released stub's NotImplementedError (or a bare one) reads "not
+    implemented yet"; dtype is compared exactly where a check asks; an object passed twice
+    is named as one."""
+    from course_lib.grading.checker import _aliases, _is_stub_message
+    from course_lib.grading.release import make_stub
+    from course_lib.grading.sandbox_worker import apply_aliases
+
+    stub = make_stub("def f(x):\n    return x\n", exercise_title="The f")
+    try:
+        exec(stub + "\nf(1)\n", {})
+    except NotImplementedError as exc:
+        released = str(exc)
+    assert _is_stub_message(released, "f") and _is_stub_message("", "f")
+    assert not _is_stub_message("Could not run 'aten::add' with arguments from the 'SparseCPU' backend", "f")
+    assert not _is_stub_message("my own: not done", "f") and not _is_stub_message(released, "g")
+    a, b = torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float32)
+    assert compare_values(a, b, rtol=1e-5, atol=1e-5, hidden=False) is None  # by kind, by default
+    msg = compare_values(a, b, rtol=1e-5, atol=1e-5, hidden=False, exact_dtype=True)
+    assert msg == "the result has dtype float32, but should be float64 (the instructions name it)"
+    assert compare_values([a], [b], rtol=0, atol=0, hidden=True, exact_dtype=True) is not None
+    t, lst = torch.ones(3), [1, 2]
+    assert _aliases((t, t, lst), {"y": lst, "z": torch.ones(3)}) == [[0, 1], [2, "y"]]
+    args, kwargs = [torch.ones(3), torch.ones(3), [1, 2]], {"y": [1, 2]}
+    apply_aliases(args, kwargs, [[0, 1], [2, "y"]])
+    assert args[0] is args[1] and kwargs["y"] is args[2]
+
+
 def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
     import course_lib.grading.sandbox as sandbox

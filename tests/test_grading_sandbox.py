@@ -345,6 +345,112 @@ def test_answers_written_as_students_write_them_get_full_marks(mode, tmp_path, c
     assert slow["status"].startswith(f"interrupted after the answer-cell limit of {float(CHECK_TIMEOUT):g} s") and "demo starts" in slow["output"]
 
 
+def _spending_solution(folder: Path) -> Path:
+    """02_transformer with four more checks of exercise 4: two 0-point checks, one whose own
+    loop runs over the student's result (compare off), one that loops over its argument."""
+    nb = json.loads(SOLUTION.read_text())
+    i = next(i for i, c in enumerate(nb["cells"]) if c.get("id") == "heads-hidden") + 1
+    new = [
+        ("heads-zero-a", 0, True, "h = split_heads(torch.zeros(1, 2, 6), 3)\nassert h.shape == (1, 3, 2, 2)\n"),
+        ("heads-zero-b", 0, True, "h = split_heads(torch.zeros(1, 4, 6), 3)\nassert h.shape == (1, 3, 4, 2)\n"),
+        ("heads-loop", 1, False, "h = split_heads(torch.full((1, 2, 4), 7.0), 2)\nn = 0\nfor v in h.flatten().tolist():\n    for _ in range(int(v)):\n        n += 1\nassert n == 56\n"),
+        ("heads-mut", 1, True, "x = torch.full((1, 2, 4), 5.0)\nh = split_heads(x, 2)\nn = 0\nfor a in x.flatten().tolist():\n    for b in x.flatten().tolist():\n        n += 1\nassert n == 64\n"),
+    ]
+    for cid, points, compare, src in new:
+        meta = {"id": cid, "points": points, **({} if compare else {"compare": False})}
+        nb["cells"].insert(i, {"cell_type": "code", "id": cid, "metadata": {"course": meta, "tags": ["hidden-check"]}, "source": src, "outputs": [], "execution_count": None})
+        i += 1
+    ex = next(c for c in nb["cells"] if c.get("id") == "ex-heads")
+    ex["metadata"]["course"]["points"] = 4
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "02_transformer.ipynb"
+    path.write_text(json.dumps(nb, indent=1))
+    return path
+
+
+SPENDING = {
+    # its result makes the check's own loop run ~forever: that check fails within its limit
+    "huge_result": ("import torch as _t\n_honest_split = None\n", "heads-loop", "ran out of time"),
+    # it turns the check's [1, 2, 4] argument into a [1, 7000] one in place after answering right
+    "grow_argument": ("", "heads-mut", "changed the shape, dtype, length or type of its argument 1 in place"),
+    # it hangs on 0-point checks only: those never use up the exercise's timeouts
+    "hang_on_zero_point": ("", None, None),
+    # a call of exercise 1 leaves a thread that ends its process during exercise 2's honest call
+    "kill_later": ("", None, None),
+}
+HEADS = solution_answers()["heads-answer"]
+SPENDING_ANSWERS = {
+    "huge_result": {"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        return torch.full((1, 2, 2, 2), 1e12)\n    return _split(x, n_heads)\n"},
+    "grow_argument": {"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    out = _split(x, n_heads)\n    if float(x.flatten()[0]) == 5.0:\n        x.set_(torch.zeros(1, 7000))\n    return out\n"},
+    "hang_on_zero_point": {"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if n_heads == 3:\n        while True:\n            pass\n    return _split(x, n_heads)\n"},
+    "kill_later": {"causal-mask-answer": solution_answers()["causal-mask-answer"].replace("def causal_mask(", "def _mask(") + (
+        "\n\nimport os, sys, threading, time\n\ndef _watch():\n    while True:\n        for f in list(sys._current_frames().values()):\n"
+        "            while f is not None:\n                if f.f_code.co_name == 'sinusoidal_encoding':\n                    os._exit(3)\n                f = f.f_back\n"
+        "        time.sleep(0.001)\n\ndef causal_mask(length, key_length=None):\n    threading.Thread(target=_watch, daemon=True).start()\n"
+        "    return _mask(length, key_length)\n"
+    )},
+}
+
+
+def test_checks_cannot_be_made_to_spend(tmp_path, capsys):
+    """Item 5: a result that makes the check's own loop long fails that check within its limit;
+    an argument grown in place fails with a clear message before the check loops over it; a
+    0-point check's timeouts leave the exercise's other checks to run; a process ended by a
+    thread an earlier call left behind never fails a later honest check."""
+    sol = _spending_solution(tmp_path / "solutions")
+    subs = [Case(name, answers=SPENDING_ANSWERS[name]).write(tmp_path) for name in SPENDING]
+    proc, elapsed = course_grade_here(capsys, subs, tmp_path / "out", "--solutions", str(sol.parent), "--check-timeout", CHECK_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, (_, failing, message) in SPENDING.items():
+        rep = report(tmp_path / "out", name)
+        failed = {c["id"]: c["message"] for c in rep["checks"] if not c["passed"]}
+        if name == "hang_on_zero_point":
+            assert set(failed) == {"heads-zero-a", "heads-zero-b"} and rep["points"] == 14, failed
+            assert all("did not finish" in m for m in failed.values()), failed
+        elif failing is None:
+            assert failed == {} and rep["points"] == 14, failed
+        else:
+            assert set(failed) == {failing} and message in failed[failing] and rep["points"] == 13, failed
+    assert elapsed < 240
+
+
+def test_an_object_passed_twice_is_one_object_in_the_sandbox():
+    from course_lib.grading.checker import _aliases
+    from course_lib.grading.wire import encode_for_sandbox, to_python
+
+    box = Sandbox("bwrap" if HAVE_BWRAP else "none")
+    box.start(time.monotonic() + 120)
+    try:
+        assert box.request({"op": "exec", "key": "a", "source": "def same(x, y):\n    x.add_(1)\n    return x is y\n"}, time.monotonic() + 30).ok
+        import torch
+
+        t = torch.zeros(2)
+        req = {"op": "call", "name": "same", "args": [encode_for_sandbox(t), encode_for_sandbox(t)], "kwargs": []}
+        plain = box.request(req, time.monotonic() + 30)
+        shared = box.request({**req, "aliases": _aliases((t, t), {})}, time.monotonic() + 30)
+    finally:
+        box.kill()
+    assert to_python(plain.value) is False and to_python(shared.value) is True
+
+
+MESSAGE_CASES = {
+    # torch's (or the student's own) NotImplementedError keeps its message
+    "own_not_implemented": ({"causal-mask-answer": "def causal_mask(length, key_length=None):\n    raise NotImplementedError('sparse masks are not supported here')\n"}, "causal-mask-small", "raised NotImplementedError: sparse masks are not supported here"),
+    # a function that raised where a check (compare off) used its result: "raised", not "returned"
+    "raised_not_returned": ({"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        raise TypeError('my own message')\n    return _split(x, n_heads)\n"}, "heads-loop", "raised TypeError: my own message"),
+}
+
+
+def test_messages_say_what_happened(tmp_path, capsys):
+    sol = _spending_solution(tmp_path / "solutions")
+    subs = [Case(name, answers=answers).write(tmp_path) for name, (answers, _, _) in MESSAGE_CASES.items()]
+    proc, _ = course_grade_here(capsys, subs, tmp_path / "out", "--solutions", str(sol.parent), "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name, (_, check, expected) in MESSAGE_CASES.items():
+        msg = messages(tmp_path / "out", name)[check]
+        assert expected in msg and "not implemented yet" not in msg and "returned" not in msg, msg
+
+
 def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
     """Without --assignment the assignment comes from each notebook's metadata."""
     subs = tmp_path / "subs"

@@ -232,3 +232,20 @@ def test_visible_checks_make_the_same_calls_on_other_cpu_kernels():
     assert keys["default"].keys() == keys[None].keys() and len(keys[None]) >= 8
     differ = [c for c in keys[None] if keys["default"][c] != keys[None][c]]
     assert not differ, f"visible checks whose calls depend on the CPU's kernels: {differ}"
+
+
+def test_home_and_grader_agree_on_every_style_of_submission():
+    """benchmarks/grading_agreement.py on chapter 2 (the full run covers every chapter): the
+    honest answers, an answer using course_lib, a copied answer cell, helper cells and a slow
+    demo give every visible check the same verdict at home and in the grader."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "grading_agreement.py"
+    spec = importlib.util.spec_from_file_location("grading_agreement", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = []
+    problems = module.run(["02_transformer"], check_timeout=5, jobs=2, log=lines.append)
+    assert problems == [], "\n".join(lines + problems)
+    assert lines[-1].startswith("5 submissions, 25 visible-check verdicts compared, 0 disagreement(s)"), lines
+    assert any("course_lib: 4/5 visible checks pass at home; same in the grader" in ln for ln in lines), lines

@@ -39,7 +39,8 @@ A cell's role is its **tag** (one per cell); its settings are in the cell metada
 ``check`` (code)
     A visible check: students see it and run it in their notebook. Metadata ``{"id":
     "causal-mask-small", "points": 1}``, optionally ``"rtol"``, ``"atol"``, ``"timeout"``
-    (seconds) and ``"compare": false``.
+    (seconds), ``"compare": false`` and ``"dtype": "exact"`` (tensors must have the
+    reference's dtype, not only its kind: for checks whose instructions name the dtype).
 ``hidden-check`` (code)
     Like ``check``, but removed from the students' copy.
 ``preamble`` (code)

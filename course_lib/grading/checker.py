@@ -38,7 +38,7 @@ from .compare import compare_values
 from .format import Assignment, Check, load_assignment
 from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_subreaper
 from .wire import ProtocolError, describe, encode_for_sandbox, to_python
-from .sandbox_worker import decode
+from .sandbox_worker import apply_aliases, decode
 
 __all__ = ["ANSWER_CELL_TIMEOUT", "CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
 
@@ -51,6 +51,33 @@ MESSAGE_LIMIT = 2000
 # button): what it defined before that point is kept, the rest of the cell is not run.
 ANSWER_CELL_TIMEOUT = 30.0
 INTERRUPT_GRACE = 3.0  # seconds an interrupted cell has to stop before its process is killed
+CHECK_GRACE = 2.0  # seconds past a check's limit before its own code is stopped
+
+
+class _alarm_at:
+    """Raise :class:`_CheckOutOfTime` in this (main) thread at ``when`` (time.monotonic)."""
+
+    def __init__(self, when: float):
+        self.when = when
+        self.armed = False
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            self.old = signal.signal(signal.SIGALRM, _out_of_time)
+            signal.setitimer(signal.ITIMER_REAL, max(self.when - time.monotonic(), 0.001))
+            self.armed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.armed:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.old)
+        return False
 
 
 class CheckFailure(BaseException):
@@ -157,6 +184,8 @@ class _Run:
     timeouts: dict[str, int] = field(default_factory=dict)
     preamble_ran: bool = False  # in a first student process: later failures are not the grader's
     answered_in_check: bool = False  # the student process answered a call of the current check
+    current_check: str | None = None
+    spawned_for: str | None = None  # the check during which the current student process started
 
     def ensure_sandbox(self) -> None:
         """A student process with the preamble and the answer cells run: fork a fresh one from
@@ -167,6 +196,7 @@ class _Run:
             if time.monotonic() >= self.deadline:
                 raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
             self.starts += 1
+            self.spawned_for = self.current_check
             deadline = min(time.monotonic() + START_TIMEOUT, self.deadline)
             box = self.sandbox
             fresh = box is None or not box.alive
@@ -277,15 +307,21 @@ class StudentFunction:
         enc_args = [encode_for_sandbox(a) for a in args]
         enc_kwargs = [[k, encode_for_sandbox(v)] for k, v in kwargs.items()]
         ref_exc = ref_value = None
+        aliases = _aliases(args, kwargs)
+        ref_args, ref_kwargs = [decode(a) for a in enc_args], {k: decode(v) for k, v in enc_kwargs}
+        apply_aliases(ref_args, ref_kwargs, aliases)
         try:
-            ref_value = self._reference(*[decode(a) for a in enc_args], **{k: decode(v) for k, v in enc_kwargs})
+            ref_value = self._reference(*ref_args, **ref_kwargs)
         except Exception as exc:  # noqa: BLE001 - the reference raising is part of the spec
             ref_exc = exc
         call = self._describe_call(args, kwargs)
         for attempt in range(2):
             run.ensure_sandbox()
             try:
-                outcome = run.sandbox.request({"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}, self._deadline[0])
+                req = {"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}
+                if aliases:
+                    req["aliases"] = aliases
+                outcome = run.sandbox.request(req, self._deadline[0])
                 break
             except SandboxLost as exc:  # the student process is gone; the next check forks a new one
                 out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
@@ -297,12 +333,16 @@ class StudentFunction:
                         raise CheckFailure(f"{call}: the process running your code ended after answering the previous call ({exc.reason})") from None
                     if attempt == 0:  # ... after the previous check was done: a fresh process answers this call
                         continue
+                if exc.kind == "exit" and attempt == 0 and run.spawned_for != check.id:
+                    # it ended while answering, in a process started for an earlier check (whose calls
+                    # may have left something behind that ended it): a fresh process answers this call
+                    continue
                 self._lost(exc, call)
         run.answered_in_check = True
         run.call_output.append(outcome.output)
         run.dropped += outcome.output_dropped
         if outcome.mutated:
-            _apply_mutations(args, kwargs, outcome.mutated, call)
+            _apply_mutations(args, kwargs, outcome.mutated, call, ref_args, ref_kwargs, hidden=check.hidden)
         if not outcome.ok:
             err = outcome.error
             if ref_exc is not None and check.compare and type(ref_exc).__name__ in err["mro"]:
@@ -310,7 +350,7 @@ class StudentFunction:
             if err["type"] == "NameError" and err["message"] == f"your answer does not define {self._name!r}":
                 note = run.answer_note(check.exercise)
                 raise CheckFailure(f"your answer does not define {self._name}" + (f" ({note})" if note else ""))
-            if err["type"] == "NotImplementedError":
+            if err["type"] == "NotImplementedError" and _is_stub_message(err["message"], self._name):
                 raise CheckFailure(f"{self._name} is not implemented yet (it raised NotImplementedError)")
             if err["type"] == "ForbiddenCall":
                 raise CheckFailure(f"{call}: {_clip(err['message'], 300)}")
@@ -324,7 +364,9 @@ class StudentFunction:
                 for name in err["mro"]:
                     cls = getattr(builtins, name, None)
                     if isinstance(cls, type) and issubclass(cls, Exception):
-                        raise cls(f"{call} raised {err['type']}: {detail}")
+                        exc = cls(f"{call} raised {err['type']}: {detail}")
+                        exc.__course_raised_by_student__ = True  # uncaught, the check reports it as raised
+                        raise exc
             raise CheckFailure(f"{call} raised {err['type']}: {detail}")
         try:
             value = to_python(outcome.value)
@@ -333,7 +375,7 @@ class StudentFunction:
         if check.compare:
             if ref_exc is not None:
                 raise CheckFailure(f"{call} returned {describe(value)}, but should raise {type(ref_exc).__name__}")
-            msg = compare_values(ref_value, value, rtol=check.rtol, atol=check.atol, hidden=check.hidden)
+            msg = compare_values(ref_value, value, rtol=check.rtol, atol=check.atol, hidden=check.hidden, exact_dtype=check.exact_dtype)
             if msg:
                 raise CheckFailure(f"{call}: {msg}")
         return value
@@ -341,7 +383,8 @@ class StudentFunction:
     def _lost(self, exc: SandboxLost, call: str):
         run, check = self._run, self._check
         if exc.kind == "timeout":
-            run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
+            if check.points > 0:  # a 0-point check (for learning) never uses up the exercise's timeouts
+                run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
             if self._deadline[0] >= run.deadline:
                 raise CheckFailure(f"{call} did not finish before the submission's time limit was reached") from None
             raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
@@ -387,16 +430,69 @@ def _mutate_in_place(orig, new) -> None:
                 orig[k] = v
 
 
-def _apply_mutations(args, kwargs, mutated, call: str) -> None:
+_STUB_MESSAGE = re.compile(r"exercise .*: write (\w+)\(\) here \(see the instructions above\)", re.S)
+
+
+def _is_stub_message(message: str, name: str) -> bool:
+    """Whether a NotImplementedError is the released stub's (or a bare one): then the answer
+    is "not implemented yet"; any other message (torch's, the student's own) is shown."""
+    message = (message or "").strip()
+    m = _STUB_MESSAGE.fullmatch(message)
+    return not message or (m is not None and m.group(1) == name)
+
+
+def _aliases(args, kwargs) -> list:
+    """``[[first, again], ...]``: arguments that are one object (a tensor, list or dict passed
+    twice), by index or keyword, so that they stay one object in the sandbox and for the
+    reference, as in the notebook."""
+    import torch
+
+    seen: dict[int, object] = {}
+    out = []
+    for key, value in [*enumerate(args), *kwargs.items()]:
+        if isinstance(value, (torch.Tensor, list, dict)):
+            if id(value) in seen:
+                out.append([seen[id(value)], key])
+            else:
+                seen[id(value)] = key
+    return out
+
+
+def _structure(value):
+    """What an in-place change may not alter: types, tensor shapes and dtypes, lengths, keys."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_structure(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _structure(v)) for k, v in value.items()))
+    return type(value).__name__
+
+
+def _apply_mutations(args, kwargs, mutated, call: str, ref_args=None, ref_kwargs=None, *, hidden: bool = False) -> None:
+    """Apply the student's in-place changes to the check's own arguments. A change of shape,
+    dtype, length or type that the reference answer did not make to its copy fails the check:
+    the check's own code must never work on inputs the student's code chose."""
     for key, encoded in mutated:
         try:
             new = to_python(encoded)
         except (ProtocolError, ValueError, TypeError) as exc:
             raise CheckFailure(f"{call} changed an argument into data the grader cannot read ({exc})") from None
         if isinstance(key, int) and 0 <= key < len(args):
-            _mutate_in_place(args[key], new)
+            orig, ref, name = args[key], (ref_args[key] if ref_args is not None and key < len(ref_args) else None), f"argument {key + 1}"
         elif isinstance(key, str) and key in kwargs:
-            _mutate_in_place(kwargs[key], new)
+            orig, ref, name = kwargs[key], (ref_kwargs or {}).get(key), f"argument {key!r}"
+        else:
+            continue
+        if ref_args is not None and _structure(new) != _structure(orig) and _structure(new) != _structure(ref):
+            what = "" if hidden else f" (from {describe(orig)} to {describe(new)})"
+            raise CheckFailure(
+                f"{call} changed the shape, dtype, length or type of its {name} in place{what}; "
+                "a function must not change its arguments this way (return a new value instead)"
+            )
+        _mutate_in_place(orig, new)
 
 
 def _assert_message(exc: AssertionError, check: Check) -> str:
@@ -414,11 +510,20 @@ def _assert_message(exc: AssertionError, check: Check) -> str:
     return text + (f" ({_clip(msg, 500)})" if msg else "")
 
 
+class _CheckOutOfTime(BaseException):
+    """The check's own code (or a reference answer) ran past the check's limit."""
+
+
+def _out_of_time(signum, frame):
+    raise _CheckOutOfTime()
+
+
 def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) -> dict:
     limit = check.timeout if check_timeout is None else min(check.timeout, check_timeout)
     deadline = [run.deadline]
     run.call_output, run.dropped = [], 0
     run.answered_in_check = False
+    run.current_check = check.id
     assignment, ref = run.assignment, run.reference
     ns = dict(ref.base)
     check_obj = check
@@ -443,8 +548,20 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
             )
         run.ensure_sandbox()
         deadline[0] = min(time.monotonic() + limit, run.deadline)  # starting the sandbox is not the check's time
-        exec(compile(check.source, f"<check {check.id}>", "exec"), ns)  # noqa: S102 - instructor code
+        # the whole check -- its own code, the reference answers, the student's calls -- ends
+        # at the check's deadline (plus the grace a response is read in): a value the
+        # student's code returned or changed cannot make the check's own loops run longer
+        with _alarm_at(deadline[0] + CHECK_GRACE):
+            exec(compile(check.source, f"<check {check.id}>", "exec"), ns)  # noqa: S102 - instructor code
         passed, message = True, "passed"
+    except _CheckOutOfTime:
+        run.drop_sandbox()  # a request may have been cut off midway: the next check starts afresh
+        if check.points > 0:
+            run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
+        message = (
+            f"the check ran out of time ({limit:g} s per check, the check's own work on your results included): "
+            "look for results (or arguments changed in place) much larger than the instructions ask for"
+        )
     except CheckFailure as exc:
         message = str(exc)
     except _Lost as exc:
@@ -456,7 +573,9 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     except MemoryError:
         message = "the check ran out of memory working on what your code returned (the grader's memory is limited)"
     except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
-        if check.hidden:  # its message would describe the check's own computation (sizes, values)
+        if getattr(exc, "__course_raised_by_student__", False):  # the student's function raised: say so
+            message = _clip(str(exc), 1000)
+        elif check.hidden:  # its message would describe the check's own computation (sizes, values)
             message = (
                 f"the hidden check stopped with {type(exc).__name__} while using what your code returned "
                 "(its details are not shown: compare the shapes, dtypes and types your function returns with the instructions)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-__all__ = ["raises", "visible_check"]
+__all__ = ["course_lib_use", "raises", "visible_check"]
 
 
 @contextmanager
@@ -28,6 +28,66 @@ def raises(exc_type: type[BaseException] | tuple[type[BaseException], ...], matc
             raise AssertionError(f"expected a {names} mentioning {match!r}, got: {exc}") from None
         return
     raise AssertionError(f"expected {names} to be raised")
+
+
+def course_lib_use(fn, _seen: set | None = None) -> str | None:
+    """How a student's function uses ``course_lib`` (which the grader's sandbox cannot import),
+    or None: an ``import course_lib...`` in its code, or a name it uses that is bound to a
+    ``course_lib`` module, function or class (any alias), also through the helpers it calls.
+    The check helpers (``course_lib.grading.checks``) are allowed, as in the grader."""
+    import types
+
+    seen = _seen if _seen is not None else set()
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType) or id(fn) in seen:
+        return None
+    seen.add(id(fn))
+
+    def names(co):
+        yield from co.co_names
+        for const in co.co_consts:
+            if isinstance(const, types.CodeType):
+                yield from names(const)
+
+    def from_course_lib(obj) -> str | None:
+        mod = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+        if isinstance(mod, str) and (mod == "course_lib" or mod.startswith("course_lib.")):
+            if not mod.startswith(("course_lib.grading.checks", "course_lib.grading.sandbox_worker")):
+                return mod  # (sandbox_worker: the stubs that turn forbidden functions off, as in the grader)
+        return None
+
+    # the cell that defined it (IPython keeps each cell's source in linecache): a top-level
+    # import of course_lib above the function stops that cell in the grader before it is defined
+    import linecache
+    import re
+
+    for line in linecache.getlines(code.co_filename)[: max(code.co_firstlineno - 1, 0)]:
+        m = re.match(r"(?:from\s+(course_lib[\w.]*)\s+import\b|import\s+(course_lib[\w.]*))", line)
+        if m and not (m.group(1) or m.group(2)).startswith("course_lib.grading.checks"):
+            return f"is defined in a cell that imports {m.group(1) or m.group(2)} above it"
+
+    env = dict(getattr(fn, "__globals__", {}) or {})
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            env[f"<closure {len(env)}>"] = cell.cell_contents
+        except ValueError:
+            pass
+    wanted = set(names(code)) | {k for k in env if k.startswith("<closure")}
+    for n in sorted(wanted):
+        if (n == "course_lib" or n.startswith("course_lib.")) and n not in env and not n.startswith("course_lib.grading.checks"):
+            return f"imports {n}"
+        if n not in env:
+            continue
+        obj = env[n]
+        mod = from_course_lib(obj)
+        if mod:
+            return f"uses {n} from {mod}"
+        obj = getattr(obj, "__course_student_function__", obj)  # another check's wrapper around a student function
+        if isinstance(obj, types.FunctionType) and not str(getattr(obj, "__module__", "")).startswith("course_lib."):
+            found = course_lib_use(obj, seen)
+            if found:
+                return found
+    return None
 
 
 class visible_check:
@@ -55,7 +115,19 @@ class visible_check:
         self.unrecorded = 0
 
     def __enter__(self):
-        if self.record is None:
+        if self.record is None:  # no recorded calls: check the notebook functions the check's code names
+            import sys
+            import types
+
+            for n in sys._getframe(1).f_code.co_names:
+                fn = getattr(self.namespace.get(n), "__course_student_function__", self.namespace.get(n))
+                if isinstance(fn, types.FunctionType) and fn.__module__ == self.namespace.get("__name__", "__main__"):
+                    used = course_lib_use(fn)
+                    if used:
+                        raise AssertionError(
+                            f"check {self.check_id!r} of exercise {self.title!r} failed: {n} {used}: graded answers "
+                            "cannot use course_lib (only course_lib.grading.checks), so this check fails in the grader"
+                        )
             return self
         for name in self.record["functions"]:
             fn = self.namespace.get(name)
@@ -96,8 +168,15 @@ class visible_check:
             parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
             return f"{name}({', '.join(parts)})"
 
+        used = course_lib_use(fn)
+
         @functools.wraps(fn)
         def checked(*args, **kwargs):
+            if used:  # the grader's sandbox has no course_lib: this answer fails there
+                raise AssertionError(
+                    f"{name} {used}: graded answers cannot use course_lib (only course_lib.grading.checks), "
+                    "so this check fails in the grader; write it with torch and the standard library"
+                )
             try:
                 key = call_key([encode(a) for a in args], [[k, encode(v)] for k, v in kwargs.items()])
             except WireError:
@@ -125,7 +204,9 @@ class visible_check:
                 value = decode(encode(result))
             except WireError as exc:
                 raise AssertionError(f"{name} returned {exc}, which the grader cannot compare") from None
-            msg = compare_values(decode(expected["value"]), value, rtol=rtol, atol=atol, hidden=False)
+            msg = compare_values(
+                decode(expected["value"]), value, rtol=rtol, atol=atol, hidden=False, exact_dtype=bool(self.record.get("exact_dtype"))
+            )
             if msg:
                 raise AssertionError(f"{describe(args, kwargs)}: {msg}")
             return value

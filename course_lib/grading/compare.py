@@ -28,8 +28,12 @@ def _fmt_index(idx) -> str:
     return "(" + ", ".join(str(int(i)) for i in idx) + ")"
 
 
-def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: str = "the result") -> str | None:
-    """``None`` when ``stu`` matches ``ref``; else a message for the student."""
+def compare_values(
+    ref, stu, *, rtol: float, atol: float, hidden: bool, where: str = "the result", exact_dtype: bool = False
+) -> str | None:
+    """``None`` when ``stu`` matches ``ref``; else a message for the student. Tensors' dtypes
+    are compared by kind (floating, integer, bool), exactly with ``exact_dtype`` (a check whose
+    instructions name the dtype: metadata ``"dtype": "exact"``)."""
     import torch
 
     if isinstance(ref, torch.Tensor):
@@ -42,6 +46,8 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
         rk, sk = _kind(ref), _kind(stu)
         if rk != sk:
             return f"{where} has dtype {str(stu.dtype).replace('torch.', '')} ({sk}), but should be a {rk} tensor"
+        if exact_dtype and stu.dtype != ref.dtype:
+            return f"{where} has dtype {str(stu.dtype).replace('torch.', '')}, but should be {str(ref.dtype).replace('torch.', '')} (the instructions name it)"
         if rk == "floating":
             r, s = ref.detach().double(), stu.detach().double()
             close = torch.isclose(s, r, rtol=rtol, atol=atol, equal_nan=True)
@@ -83,7 +89,7 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
                 return f"{where} has {len(stu)} items, which is wrong for these inputs"
             return f"{where} has {len(stu)} items, but should have {len(ref)}"
         for i, (r, s) in enumerate(zip(ref, stu)):
-            msg = compare_values(r, s, rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{i}]")
+            msg = compare_values(r, s, rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{i}]", exact_dtype=exact_dtype)
             if msg:
                 return msg
         return None
@@ -96,7 +102,7 @@ def compare_values(ref, stu, *, rtol: float, atol: float, hidden: bool, where: s
                 return f"{where} has the wrong keys ({len(missing)} missing, {len(extra)} unexpected)"
             return f"{where} has the wrong keys (missing {missing}, unexpected {extra})"
         for k in ref:
-            msg = compare_values(ref[k], stu[k], rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{k!r}]")
+            msg = compare_values(ref[k], stu[k], rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{k!r}]", exact_dtype=exact_dtype)
             if msg:
                 return msg
         return None

@@ -88,6 +88,7 @@ class Check:
     rtol: float
     atol: float
     compare: bool  # compare every call of a student function with the reference
+    exact_dtype: bool = False  # metadata "dtype": "exact": tensors must have the reference's dtype, not only its kind
 
 
 @dataclass
@@ -344,6 +345,9 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
         if not isinstance(compare, bool):
             problems.append(f"{where}: metadata {META}.compare must be true or false")
             compare = True
+        exact_dtype = cmeta.get("dtype", "kind")
+        if exact_dtype not in ("kind", "exact"):
+            problems.append(f"{where}: metadata {META}.dtype must be \"exact\" or \"kind\"")
         if _uses_course_lib(tree, allow_grading=True):
             problems.append(f"{where}: checks may import course_lib.grading helpers only (the student's copy must not hand out the answer)")
         check = Check(
@@ -357,6 +361,7 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
             rtol=float(rtol if rtol is not None else DEFAULT_RTOL),
             atol=float(atol if atol is not None else DEFAULT_ATOL),
             compare=compare,
+            exact_dtype=exact_dtype == "exact",
         )
         current.checks.append(check)
         pending_checks.append((check, tree, where))

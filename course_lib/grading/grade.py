@@ -242,6 +242,10 @@ def solutions_dir(explicit: str | os.PathLike | None = None) -> Path:
         return Path("solutions")
 
 
+class _CheckerOutOfTime(RuntimeError):
+    """A checker killed for time: the submission is not sent to another one."""
+
+
 class _Checker:
     """One checker process (``python -m course_lib.grading.checker``)."""
 
@@ -273,7 +277,7 @@ class _Checker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.close()
-                raise RuntimeError(f"the grader's checker did not finish within {timeout:.0f} s")
+                raise _CheckerOutOfTime(f"the grader's checker did not finish within {timeout:.0f} s")
             ready, _, _ = select.select([fd], [], [], remaining)
             if ready:
                 chunk = os.read(fd, 1 << 20)
@@ -519,6 +523,8 @@ def grade_files(
                 checker.close()
                 with lock:
                     created.remove(checker)
+                if isinstance(exc, _CheckerOutOfTime):  # killed for time: never again for the same submission
+                    break
                 continue
             checkers.put(checker)
             break

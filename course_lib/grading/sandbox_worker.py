@@ -527,6 +527,20 @@ def _setup(init: dict) -> list[str]:
     return warnings
 
 
+def apply_aliases(args: list, kwargs: dict, aliases) -> None:
+    """Make the arguments named in ``aliases`` (``[[first, again], ...]``, indices or keywords)
+    one object again: the check passed the same object twice."""
+    for first, again in aliases or ():
+        try:
+            value = args[first] if isinstance(first, int) else kwargs[first]
+            if isinstance(again, int):
+                args[again] = value
+            else:
+                kwargs[again] = value
+        except (IndexError, KeyError, TypeError):
+            pass
+
+
 def _serve(fd_req: int, fd_resp: int) -> int:
     """The student process: run answer cells and calls until the requests end."""
     rfile = os.fdopen(fd_req, "rb")
@@ -591,6 +605,7 @@ def _serve(fd_req: int, fd_resp: int) -> int:
                     raise TypeError(f"{name!r} is a {type(fn).__name__}, not a function")
                 args = [decode(a) for a in req["args"]]
                 kwargs = {k: decode(v) for k, v in req["kwargs"]}
+                apply_aliases(args, kwargs, req.get("aliases"))
                 try:
                     result = fn(*args, **kwargs)
                 finally:
