@@ -325,19 +325,6 @@ def sentence_order_pairs(segments, seed):
     return [(list(segments[i + 1]), list(segments[i]), 1) if u[i] < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
             for i in range(len(segments) - 1)]
 '''}, set()),
-    # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
-    "embeddings_ignore_eps": ({EMB: """
-import torch.nn.functional as F
-
-def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
-                      proj_weight, proj_bias, eps=1e-12):
-    n = input_ids.shape[1]
-    if n > position_table.shape[0]:
-        raise ValueError("too long")
-    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-    x = word_table[input_ids] + position_table[:n] + segment_table[types]
-    return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, 1e-12), proj_weight, proj_bias)
-"""}, {"factorised-small", "factorised-sizes"}),
     # the LayerNorm after the projection (over H): the tempting mistake, nothing passes
     "norm_after_projection": ({EMB: '''
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
@@ -353,9 +340,26 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
 }
 
 
+MISTAKES = {  # honest mistakes, with the points they keep
+    # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
+    "embeddings_ignore_eps": ({EMB: """
+import torch.nn.functional as F
+
+def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
+                      proj_weight, proj_bias, eps=1e-12):
+    n = input_ids.shape[1]
+    if n > position_table.shape[0]:
+        raise ValueError("too long")
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = word_table[input_ids] + position_table[:n] + segment_table[types]
+    return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, 1e-12), proj_weight, proj_bias)
+"""}, {"factorised-small", "factorised-sizes"}),
+}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, GAMING)
+    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, {**GAMING, **MISTAKES})
 
 
 EXPECTED = [
@@ -364,7 +368,7 @@ EXPECTED = [
     ("partial", 5, PARTIAL_FAILS),
     ("rewritten", 13, set()),
     ("one_exercise", 4, set(ALL_CHECKS) - set(CHECKS["count-parameters"])),
-] + [(name, len(passing), set(ALL_CHECKS) - passing) for name, (_, passing) in GAMING.items()]
+] + [(name, len(passing), set(ALL_CHECKS) - passing) for name, (_, passing) in {**GAMING, **MISTAKES}.items()]
 
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
