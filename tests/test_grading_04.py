@@ -341,6 +341,19 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
 
 
 MISTAKES = {  # honest mistakes, with the points they keep
+    # swaps when u_i >= 0.5 (labels consistent with the order): other pairs than the reference's: 0 of 3
+    "sop_swaps_when_u_at_least_half": ({SOP: """
+def sentence_order_pairs(segments, seed):
+    g = torch.Generator().manual_seed(seed)
+    if len(segments) < 2:
+        return []
+    u = torch.rand(len(segments) - 1, generator=g)
+    out = []
+    for i in range(len(segments) - 1):
+        a, b = list(segments[i]), list(segments[i + 1])
+        out.append((a, b, 0) if u[i] < 0.5 else (b, a, 1))
+    return out
+"""}, set()),
     # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
     "embeddings_ignore_eps": ({EMB: """
 import torch.nn.functional as F
@@ -431,3 +444,14 @@ def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
         assert ns["count_albert_parameters"](*args, sharing=sharing) == ours(*args, sharing=sharing), (route, sharing)
     home = CHAPTER.home_verdicts({cell: source})
     assert home[check] is False, (route, home)  # ...until its function is turned off
+
+
+def test_a_flipped_sentence_order_is_explained(graded):
+    """The visible SOP check first tries equal segments, where only the labels can differ: the
+    failure names the label of the first wrong pair (not "result[0][0] has 2 items"); the
+    check's comment, shown at home, says what the label must be."""
+    message = {c["id"]: c["message"] for c in graded["sop_swaps_when_u_at_least_half"][1]["checks"]}["sop-small"]
+    assert message.startswith("sentence_order_pairs(segments=list of 5, seed=0): the result[0][2] is 0"), message
+    assert "exactly when its draw u_i < 0.5" in cell_source(
+        next(c for c in tagged_cells(json.loads(EXERCISE.read_text()), "check") if c["metadata"]["course"]["id"] == "sop-small")
+    )
