@@ -11,7 +11,7 @@ import torch
 
 from course_lib.grading.format import load_assignment
 
-from grading_fixtures.chapters import Chapter
+from grading_fixtures.chapters import Chapter, answer_sources
 
 CHAPTER = Chapter("03_bert")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -207,9 +207,27 @@ def test_reference_mlm_loss_matches_cross_entropy():
     assert zero.dim() == 0 and float(zero) == 0.0
 
 
+# the reference's masking, but an error for ids that are not [batch, seq]: the hidden check on a
+# 3-d batch fails, and its message says that the function raised (not that the check misread a result)
+MASK_RAISES_ON_3D = answer_sources(CHAPTER.solution)[MASK].replace("def mask_tokens(", "def _mask_tokens_2d(", 1) + """
+
+
+def mask_tokens(input_ids, *args, **kwargs):
+    if input_ids.dim() != 2:
+        raise ValueError("input_ids must be [batch, seq]")
+    return _mask_tokens_2d(input_ids, *args, **kwargs)
+"""
+GAMING = {"masking_raises_on_3d": ({MASK: MASK_RAISES_ON_3D}, {"masking-basics", "masking-statistics", "masking-uniform"})}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {PACK: REWRITTEN[PACK]})
+    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {PACK: REWRITTEN[PACK]}, GAMING)
+
+
+def test_a_function_that_raises_is_reported_as_raising(graded):
+    message = {c["id"]: c["message"] for c in graded["masking_raises_on_3d"][1]["checks"]}["masking-fresh"]
+    assert "mask_tokens raised ValueError on a 3-d batch" in message and "what your code returned" not in message, message
 
 
 @pytest.mark.parametrize("name, points, failing", [
@@ -218,6 +236,7 @@ def graded(tmp_path_factory):
     ("partial", 5, PARTIAL_FAILS),
     ("rewritten", 13, set()),
     ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"] + CHECKS["mlm-loss"])),
+    ("masking_raises_on_3d", 3, set(ALL_CHECKS) - GAMING["masking_raises_on_3d"][1]),
 ])
 def test_exact_points(graded, name, points, failing):
     CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)

@@ -325,19 +325,6 @@ def sentence_order_pairs(segments, seed):
     return [(list(segments[i + 1]), list(segments[i]), 1) if u[i] < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
             for i in range(len(segments) - 1)]
 '''}, set()),
-    # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
-    "embeddings_ignore_eps": ({EMB: """
-import torch.nn.functional as F
-
-def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
-                      proj_weight, proj_bias, eps=1e-12):
-    n = input_ids.shape[1]
-    if n > position_table.shape[0]:
-        raise ValueError("too long")
-    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-    x = word_table[input_ids] + position_table[:n] + segment_table[types]
-    return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, 1e-12), proj_weight, proj_bias)
-"""}, {"factorised-small", "factorised-sizes"}),
     # the LayerNorm after the projection (over H): the tempting mistake, nothing passes
     "norm_after_projection": ({EMB: '''
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
@@ -353,9 +340,39 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
 }
 
 
+MISTAKES = {  # honest mistakes, with the points they keep
+    # swaps when u_i >= 0.5 (labels consistent with the order): other pairs than the reference's: 0 of 3
+    "sop_swaps_when_u_at_least_half": ({SOP: """
+def sentence_order_pairs(segments, seed):
+    g = torch.Generator().manual_seed(seed)
+    if len(segments) < 2:
+        return []
+    u = torch.rand(len(segments) - 1, generator=g)
+    out = []
+    for i in range(len(segments) - 1):
+        a, b = list(segments[i]), list(segments[i + 1])
+        out.append((a, b, 0) if u[i] < 0.5 else (b, a, 1))
+    return out
+"""}, set()),
+    # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
+    "embeddings_ignore_eps": ({EMB: """
+import torch.nn.functional as F
+
+def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
+                      proj_weight, proj_bias, eps=1e-12):
+    n = input_ids.shape[1]
+    if n > position_table.shape[0]:
+        raise ValueError("too long")
+    types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    x = word_table[input_ids] + position_table[:n] + segment_table[types]
+    return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, 1e-12), proj_weight, proj_bias)
+"""}, {"factorised-small", "factorised-sizes"}),
+}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, GAMING)
+    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, {**GAMING, **MISTAKES})
 
 
 EXPECTED = [
@@ -364,7 +381,7 @@ EXPECTED = [
     ("partial", 5, PARTIAL_FAILS),
     ("rewritten", 13, set()),
     ("one_exercise", 4, set(ALL_CHECKS) - set(CHECKS["count-parameters"])),
-] + [(name, len(passing), set(ALL_CHECKS) - passing) for name, (_, passing) in GAMING.items()]
+] + [(name, len(passing), set(ALL_CHECKS) - passing) for name, (_, passing) in {**GAMING, **MISTAKES}.items()]
 
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
@@ -427,3 +444,14 @@ def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
         assert ns["count_albert_parameters"](*args, sharing=sharing) == ours(*args, sharing=sharing), (route, sharing)
     home = CHAPTER.home_verdicts({cell: source})
     assert home[check] is False, (route, home)  # ...until its function is turned off
+
+
+def test_a_flipped_sentence_order_is_explained(graded):
+    """The visible SOP check first tries equal segments, where only the labels can differ: the
+    failure names the label of the first wrong pair (not "result[0][0] has 2 items"); the
+    check's comment, shown at home, says what the label must be."""
+    message = {c["id"]: c["message"] for c in graded["sop_swaps_when_u_at_least_half"][1]["checks"]}["sop-small"]
+    assert message.startswith("sentence_order_pairs(segments=list of 5, seed=0): the result[0][2] is 0"), message
+    assert "exactly when its draw u_i < 0.5" in cell_source(
+        next(c for c in tagged_cells(json.loads(EXERCISE.read_text()), "check") if c["metadata"]["course"]["id"] == "sop-small")
+    )

@@ -18,14 +18,15 @@ from grading_fixtures.chapters import Chapter, answer_sources, cell_source, tagg
 CHAPTER = Chapter("06_xlnet")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
 reference = CHAPTER.reference  # the preamble and the reference answers, executed
-PERM, SHIFT, MEM = "perm-mask-answer", "rel-shift-answer", "memory-answer"
+PERM, SHIFT, MEM, REACH = "perm-mask-answer", "rel-shift-answer", "memory-answer", "reach-answer"
 CHECKS = {
     "perm-mask": ["perm-small", "perm-random", "perm-invariants"],
     "rel-shift": ["shift-small", "shift-memory-random", "shift-no-memory"],
     "memory": ["memory-small", "memory-stream", "memory-short", "memory-inputs"],
+    "reach": ["reach-small", "reach-random"],
 }
 ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
-VISIBLE = ["perm-small", "shift-small", "memory-small"]
+VISIBLE = ["perm-small", "shift-small", "memory-small", "reach-small"]
 FORBID = (  # course_lib's own versions: the grader cannot import them, and at home they fail too
     "course_lib.objectives.permutation.permutation_masks",
     "course_lib.objectives.permutation.order_ranks",
@@ -38,18 +39,18 @@ FORBID = (  # course_lib's own versions: the grader cannot import them, and at h
 
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
-    assert a.name == "06_xlnet" and a.title == "Chapter 6: XLNet and Transformer-XL" and a.max_points == 10
+    assert a.name == "06_xlnet" and a.title == "Chapter 6: XLNet and Transformer-XL" and a.max_points == 13
     assert [e.id for e in a.exercises] == list(CHECKS)
-    assert [e.points for e in a.exercises] == [3, 3, 4]
+    assert [e.points for e in a.exercises] == [3, 3, 4, 3]
     assert [c.id for c in a.checks] == ALL_CHECKS
-    assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 7
-    assert all(c.points == 1 for c in a.checks)
+    assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 8
+    assert {c.id: c.points for c in a.checks if c.points != 1} == {"reach-random": 2}
     assert set(FORBID) <= set(a.forbid)
-    assert [e.functions for e in a.exercises] == [("perm_mask_from_order",), ("rel_shift",), ("update_memory",)]
+    assert [e.functions for e in a.exercises] == [("perm_mask_from_order",), ("rel_shift",), ("update_memory",), ("farthest_context",)]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
     stubs = [cell_source(c) for c in tagged_cells(ex, "answer")]
-    assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1]
+    assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1, 1]
     assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     assert "Instructor notes" not in EXERCISE.read_text()
     assert ex["metadata"]["course"]["forbid"] == list(a.forbid) and tagged_cells(ex, "course-forbid")
@@ -169,6 +170,17 @@ def update_memory(mems, hidden, mem_len):
 PARTIAL_FAILS = {"perm-small", "perm-random", "shift-small", "shift-memory-random", "memory-small", "memory-short"}
 
 REWRITTEN = {
+    REACH: """
+def farthest_context(position, n_layers, seg_len, mem_len):
+    args = {"position": (position, 0), "n_layers": (n_layers, 1), "seg_len": (seg_len, 1), "mem_len": (mem_len, 0)}
+    for name, (value, low) in args.items():
+        if type(value) is not int or value < low:
+            raise ValueError(f"{name}: an int >= {low}")
+    if n_layers == 0:
+        return position
+    first_key = max(0, position - position % seg_len - mem_len)  # the oldest memory state of the segment
+    return farthest_context(first_key, n_layers - 1, seg_len, mem_len) if n_layers > 1 else first_key
+""",
     PERM: '''
 import sys
 
@@ -361,23 +373,51 @@ def update_memory(mems, hidden, mem_len):
 }
 
 
+def _checked(body):
+    return (
+        "def farthest_context(position, n_layers, seg_len, mem_len):\n"
+        "    if min(position, n_layers - 1, seg_len - 1, mem_len) < 0 or not all(\n"
+        "            type(v) is int for v in (position, n_layers, seg_len, mem_len)):\n"
+        "        raise ValueError('bad arguments')\n" + body
+    )
+
+
+REACH_MISTAKES = {  # readings of "O(N x L)" that skip the reasoning about segments: 0 of 3 each
+    # position - L * mem_len: each layer reaches mem_len further back from the query itself
+    "reach_from_the_query": ({REACH: _checked("    return max(0, position - n_layers * mem_len)\n")}, set()),
+    # the segment's start once, then L memories: forgets that each memory state sits in an older segment
+    "reach_one_segment_start": (
+        {REACH: _checked("    return max(0, position // seg_len * seg_len - n_layers * mem_len)\n")}, set()),
+    # one previous segment per layer, whatever mem_len
+    "reach_segment_per_layer": (
+        {REACH: _checked("    return max(0, (position // seg_len - n_layers) * seg_len) if mem_len else position // seg_len * seg_len\n")},
+        set(),
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {MEM: REWRITTEN[MEM]}, {**GAMING, **MISTAKES})
+    return CHAPTER.grade_cases(
+        tmp_path_factory, PARTIAL, REWRITTEN, {MEM: REWRITTEN[MEM]}, {**GAMING, **MISTAKES, **REACH_MISTAKES}
+    )
 
 
 EXPECTED = [
-    ("solution", 10, set()),
+    ("solution", 13, set()),
     ("stub", 0, set(ALL_CHECKS)),
-    ("partial", 4, PARTIAL_FAILS),
-    ("rewritten", 10, set()),
+    ("partial", 7, PARTIAL_FAILS),
+    ("rewritten", 13, set()),
     ("one_exercise", 4, set(ALL_CHECKS) - set(CHECKS["memory"])),
-] + [(name, len(passing), set(ALL_CHECKS) - passing) for name, (_, passing) in {**GAMING, **MISTAKES}.items()]
+] + [
+    (name, sum(2 if c == "reach-random" else 1 for c in passing), set(ALL_CHECKS) - passing)
+    for name, (_, passing) in {**GAMING, **MISTAKES, **REACH_MISTAKES}.items()
+]
 
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_exact_points(graded, name, points, failing):
-    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 10)
+    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
 
 
 def test_gaming_gets_at_most_the_visible_points(graded):
@@ -447,3 +487,30 @@ def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
     assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
     home = CHAPTER.home_verdicts({cell: source})
     assert home[check] is False, (route, home)  # ...until its function is turned off
+
+
+def test_reference_reach_matches_a_transformer_xl():
+    """Measured: change one token of a stream read segment by segment by course_lib's
+    Transformer-XL (float64, memories fed back), and the first top-layer state at `position`
+    that changes is the reference's answer (the exact-zero changes come from the masks)."""
+    from course_lib.models.transfo_xl import TransfoXLConfig, TransfoXLModel
+
+    ours = reference()["farthest_context"]
+    for position, n_layers, seg_len, mem_len in [(23, 3, 4, 4), (23, 3, 4, 1), (9, 3, 3, 1), (13, 2, 5, 0), (17, 2, 4, 3)]:
+        torch.manual_seed(0)
+        config = TransfoXLConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=n_layers, d_ff=32, mem_len=mem_len, dropout=0.0)
+        model = TransfoXLModel(config).eval().double()
+        n_segments = position // seg_len + 1
+        ids = torch.randint(50, (1, seg_len * n_segments))
+
+        def top(ids):
+            mems, outs = None, []
+            for s in range(n_segments):
+                out = model(ids[:, s * seg_len : (s + 1) * seg_len], mems=mems)
+                mems, outs = out.mems, outs + [out.last_hidden_state]
+            return torch.cat(outs, 1)[0, position]
+
+        with torch.no_grad():
+            base = top(ids)
+            changed = [q for q in range(position + 1) if not torch.equal(top(ids.index_put((torch.tensor([0]), torch.tensor([q])), (ids[0, q] + 1) % 50)), base)]
+        assert min(changed) == ours(position, n_layers, seg_len, mem_len), (position, n_layers, seg_len, mem_len)

@@ -18,14 +18,15 @@ from grading_fixtures.chapters import Chapter, answer_sources, cell_source, tagg
 CHAPTER = Chapter("07_distillation")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
 reference = CHAPTER.reference  # the preamble and the reference answers, executed
-KD, ATTN, LAYERS = "kd-loss-answer", "attention-loss-answer", "layer-map-answer"
+KD, ATTN, LAYERS, TEMP = "kd-loss-answer", "attention-loss-answer", "layer-map-answer", "temperature-answer"
 CHECKS = {
     "kd-loss": ["kd-small", "kd-habits", "kd-random", "kd-gradient", "kd-teacher", "kd-large"],
     "attention-loss": ["attn-small", "attn-masked", "attn-no-mask"],
     "layer-map": ["layers-small", "layers-random"],
+    "temperature": ["temp-small", "temp-random"],
 }
 ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
-VISIBLE = ["kd-small", "kd-habits", "attn-small", "layers-small"]
+VISIBLE = ["kd-small", "kd-habits", "attn-small", "layers-small", "temp-small"]
 FORBID = tuple(  # course_lib's own versions: the grader cannot import them, and at home they fail too
     f"course_lib.objectives.distillation.{name}"
     for name in ("kd_loss", "soft_cross_entropy", "distillation_loss", "softened", "attention_loss",
@@ -38,19 +39,19 @@ FORBID = tuple(  # course_lib's own versions: the grader cannot import them, and
 
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
-    assert a.name == "07_distillation" and a.title == "Chapter 7: knowledge distillation" and a.max_points == 10
+    assert a.name == "07_distillation" and a.title == "Chapter 7: knowledge distillation" and a.max_points == 13
     assert [e.id for e in a.exercises] == list(CHECKS)
-    assert [e.points for e in a.exercises] == [5, 3, 2]
+    assert [e.points for e in a.exercises] == [5, 3, 2, 3]
     assert [c.id for c in a.checks] == ALL_CHECKS
-    assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 7
+    assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 8
     # kd-habits is worth 0: it shows at home what kd-teacher and kd-large grade
-    assert {c.id: c.points for c in a.checks if c.points != 1} == {"kd-habits": 0}
+    assert {c.id: c.points for c in a.checks if c.points != 1} == {"kd-habits": 0, "temp-random": 2}
     assert set(FORBID) <= set(a.forbid)
-    assert [e.functions for e in a.exercises] == [("kd_loss",), ("attention_loss",), ("uniform_layer_map",)]
+    assert [e.functions for e in a.exercises] == [("kd_loss",), ("attention_loss",), ("uniform_layer_map",), ("temperature_for_entropy",)]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
     stubs = [cell_source(c) for c in tagged_cells(ex, "answer")]
-    assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1]
+    assert [s.count("    raise NotImplementedError(") for s in stubs] == [1, 1, 1, 1]
     assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
     assert "Instructor notes" not in EXERCISE.read_text()
     assert ex["metadata"]["course"]["forbid"] == list(a.forbid) and tagged_cells(ex, "course-forbid")
@@ -157,6 +158,33 @@ PARTIAL = {KD: KD_NO_T2, ATTN: ATTN_MASK_IGNORED, LAYERS: LAYERS_FLOATS}
 PARTIAL_FAILS = {"kd-small", "kd-random", "kd-gradient", "attn-small", "attn-masked", "layers-small"}
 
 REWRITTEN = {
+    TEMP: '''
+import math
+
+
+def temperature_for_entropy(logits, entropy):
+    """Bisection on T itself, the bracket grown tenfold, the entropy in nats from log-probabilities."""
+    if logits.ndim != 1 or len(logits) < 2 or not torch.is_floating_point(logits):
+        raise ValueError("a 1-d float tensor of logits")
+    z = logits.to(torch.float64)
+    ties = int((z == z.max()).sum())
+    if ties == len(z) or entropy <= math.log(ties) or entropy >= math.log(len(z)):
+        raise ValueError("no temperature gives this entropy")
+
+    def h(t):
+        logp = torch.log_softmax(z / t, 0)
+        return -float(torch.dot(logp.exp(), logp))
+
+    lo, hi = 1e-3, 1e3
+    while h(lo) > entropy:
+        lo /= 10
+    while h(hi) < entropy:
+        hi *= 10
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if h(mid) < entropy else (lo, mid)
+    return (lo + hi) / 2
+''',
     KD: '''
 import sys
 
@@ -414,38 +442,84 @@ def uniform_layer_map(student_layers, teacher_layers):
 }
 
 
+TEMP_MISTAKES = {  # on the stub: the other exercises score nothing
+    # the right bisection, but no ValueError for targets no temperature reaches: 0 of 3
+    "temp_never_raises": ({TEMP: """
+import math
+
+
+def temperature_for_entropy(logits, entropy):
+    z = logits.double()
+
+    def h(t):
+        logp = torch.log_softmax(z / t, 0)
+        return float(-(logp.exp() * logp).sum())
+
+    lo, hi = 1e-6, 1e6
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if h(mid) < entropy else (lo, mid)
+    return math.sqrt(lo * hi)
+"""}, set()),
+    # the entropy as the log of a float32 softmax: -inf * 0 = nan once the logits are large: 0 of 3
+    "temp_log_of_softmax": ({TEMP: """
+import math
+
+
+def temperature_for_entropy(logits, entropy):
+    top = logits.max()
+    ties = int((logits == top).sum())
+    if ties == len(logits) or not math.log(ties) < entropy < math.log(len(logits)):
+        raise ValueError("unreachable")
+
+    def h(t):
+        p = torch.softmax(logits.float() / t, 0)
+        return float(-(p * torch.log(p)).sum())
+
+    lo, hi = 1e-6, 1e6
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if h(mid) < entropy else (lo, mid)
+    return math.sqrt(lo * hi)
+"""}, set()),
+}
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {ATTN: REWRITTEN[ATTN]}, {**GAMING, **MISTAKES})
+    return CHAPTER.grade_cases(
+        tmp_path_factory, PARTIAL, REWRITTEN, {ATTN: REWRITTEN[ATTN]}, {**GAMING, **MISTAKES, **TEMP_MISTAKES}
+    )
 
 
 EXPECTED = [
-    ("solution", 10, set()),
+    ("solution", 13, set()),
     ("stub", 0, set(ALL_CHECKS)),
-    ("partial", 4, PARTIAL_FAILS),
-    ("rewritten", 10, set()),
+    ("partial", 7, PARTIAL_FAILS),
+    ("rewritten", 13, set()),
     ("one_exercise", 3, set(ALL_CHECKS) - ATTN_CHECKS),
 ] + [
-    (name, sum(0 if c == "kd-habits" else 1 for c in passing), set(ALL_CHECKS) - passing)
-    for name, (_, passing) in {**GAMING, **MISTAKES}.items()
+    (name, sum({"kd-habits": 0, "temp-random": 2}.get(c, 1) for c in passing), set(ALL_CHECKS) - passing)
+    for name, (_, passing) in {**GAMING, **MISTAKES, **TEMP_MISTAKES}.items()
 ]
 
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_exact_points(graded, name, points, failing):
-    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 10)
+    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
 
 
 def test_the_point_table():
     """The points each kind of submission gets, written out (test_exact_points checks them)."""
     table = {name: points for name, points, _ in EXPECTED}
     assert table == {
-        "solution": 10, "stub": 0, "partial": 4, "rewritten": 10, "one_exercise": 3,
+        "solution": 13, "stub": 0, "partial": 7, "rewritten": 13, "one_exercise": 3,
         "kd_lookup": 1, "attention_copied_expected": 1, "layers_hard_coded": 1, "constants": 0, "course_lib": 0,
         "kd_forgot_t2": 2, "kd_reversed": 0, "kd_naive_log_softmax": 4, "kd_teacher_not_detached": 4,
         "kd_teacher_detached_in_place": 4, "kd_student_detached": 4, "kd_kl_div_batchmean": 3,
         "attn_mask_ignored": 1, "attn_keys_only": 1, "attn_per_example": 1, "attn_mask_multiplied": 2,
         "layers_off_by_one": 0, "layers_never_raise": 0, "layers_floats": 1,
+        "temp_never_raises": 0, "temp_log_of_softmax": 0,
     }
 
 

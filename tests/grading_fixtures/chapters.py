@@ -168,6 +168,7 @@ class Chapter:
         assert f"Each answer cell must finish running within {timeout:g} s" in intro, intro
         assert f"each check within {timeout:g} s" in intro and f"at most {MAX_NOTEBOOK_BYTES // 2**20} MB" in intro, intro
         assert "**What your answers may use.** torch" in intro and "Not course_lib" in intro, intro
+        assert "points) (" not in intro, intro
         for e in a.exercises:  # each exercise's header gives its points
             header = next(cell_source(c) for c in tagged_cells(json.loads(self.exercise.read_text()), "exercise")
                           if c["metadata"]["course"]["id"] == e.id)
