@@ -232,6 +232,52 @@ def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     return settings
 
 
+def _check_arguments(args: argparse.Namespace, objective: str) -> None:
+    """One-line ``ValueError``s, before any data work, for what would fail later with a
+    traceback: a device torch does not know or does not have, ``--out`` naming a file, a
+    distillation teacher that is not a masked-LM BERT/ALBERT folder."""
+    import warnings
+
+    import torch
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for the model")
+    choice = getattr(args, "device", None)
+    if choice:
+        try:
+            device = torch.device(choice)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"--device {choice!r} is not a device: use cpu, cuda, cuda:1 or mps") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"--device {choice}: torch sees no CUDA device (torch {torch.__version__}, "
+                f"built with CUDA {torch.version.cuda or 'none'}); use --device cpu"
+            )
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"--device {choice}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"--device {choice!r}: course train runs on cpu, cuda or mps")
+        if getattr(args, "precision", None) == "fp16" and device.type == "cpu":
+            warnings.warn("--precision fp16 on a CPU is slower than fp32 (no fp16 kernels); use fp32 or bf16")
+    if objective == "distill" and getattr(args, "teacher", None):
+        import json
+
+        config = Path(args.teacher) / "config.json"
+        if config.is_file():
+            try:
+                architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+            except ValueError:
+                raise ValueError(f"--teacher: {config} is not valid JSON") from None
+            if not architecture.startswith(("Bert", "Albert")) or architecture == "BertLMHeadModel":
+                raise ValueError(
+                    f"--teacher {args.teacher} holds a {architecture}; distillation needs a masked-LM "
+                    "teacher (a folder written by `course train bert`, `roberta` or `albert`)"
+                )
+
+
 def _has_state(args: argparse.Namespace) -> bool:
     folder = Path(getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints")
     return folder.is_dir() and any(folder.glob("*/state.pt"))
@@ -239,6 +285,7 @@ def _has_state(args: argparse.Namespace) -> bool:
 
 def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
+        from ..data.text_files import reading_encoding
         from ..train import resume_settings
 
         if getattr(args, "text", None) == "generated":
@@ -270,12 +317,16 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             )
             return 2
         try:
+            _check_arguments(args, objective)
             settings = run_settings(args, objective)
+            with reading_encoding(getattr(args, "encoding", None)):
+                pass  # checks the name before any data work
         except (ValueError, FileNotFoundError) as exc:
             print(f"course train {objective}: {exc}", file=sys.stderr)
             return 2
         with resume_settings(settings, force=getattr(args, "force_resume", False)):
-            return run(args)
+            with reading_encoding(getattr(args, "encoding", None)):
+                return run(args)
 
     return cmd
 
@@ -306,6 +357,12 @@ def register(sub: Any) -> None:
         )
         q.add_argument(
             "--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)"
+        )
+        q.add_argument(
+            "--encoding",
+            default=None,
+            metavar="NAME",
+            help="the text files' encoding (default utf-8; e.g. latin-1, cp1252, utf-16)",
         )
         q.add_argument(
             "--force-resume",
