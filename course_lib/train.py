@@ -647,6 +647,7 @@ def fit(
             values = eval_fn(model)
         model.train(was_training)
         history.log_eval(step, values)
+        log.write_evals(history)  # as it happens: a long run's evaluations are visible at once
 
     def save_state(finished: bool) -> None:
         if state_file is None:
@@ -799,15 +800,15 @@ def fit(
             save = bool(checkpoint_every and done % checkpoint_every == 0 and done < steps)
             if len(pending) >= sync_every or evaluate or save or done == steps or i % 10 == 0:
                 flush()
-            if i % 10 == 0:
+            if history.loss and (i % 10 == 0 or len(pending) == 0):
                 bar.set_postfix(loss=f"{history.loss[-1]:.4f}", refresh=False)
             if evaluate:
                 run_eval(step)
             if save:
                 save_state(finished=False)
         flush()
+        bar.set_postfix_str(f"loss={history.loss[-1]:.4f}" + (", evaluating..." if eval_fn else ""))
         run_eval(step)
-        log.write_evals(history)
         save_state(finished=True)
     finally:
         bar.close()
