@@ -75,6 +75,7 @@ __all__ = [
     "SCHEDULES",
     "current_step",
     "resume_settings",
+    "loop_overrides",
     "ResumeMismatch",
 ]
 
@@ -307,6 +308,68 @@ def resume_settings(settings: Mapping[str, Any], *, force: bool = False) -> Iter
         yield
     finally:
         _RESUME_CHECK.reset(token)
+
+
+@dataclass(frozen=True)
+class _Overrides:
+    warmup: int | None = None
+    weight_decay: float | None = None
+    grad_clip: float | None = None  # 0: no clipping
+    keep_last: int | None = None
+
+
+_OVERRIDES: contextvars.ContextVar[_Overrides] = contextvars.ContextVar(
+    "course_overrides", default=_Overrides()
+)
+
+
+@contextmanager
+def loop_overrides(
+    *,
+    warmup: int | None = None,
+    weight_decay: float | None = None,
+    grad_clip: float | None = None,
+    keep_last: int | None = None,
+) -> Iterator[None]:
+    """Every ``fit`` inside uses these instead of the recipe's values (``None``: the recipe's):
+    warm-up steps, AdamW weight decay, the gradient-norm clip (``0``: none), and how many
+    earlier training states to keep beside the latest (``state-<step>.pt``; default none)."""
+    for name, v in (("warmup", warmup), ("weight_decay", weight_decay), ("grad_clip", grad_clip)):
+        if v is not None and v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be positive, got {keep_last}")
+    token = _OVERRIDES.set(_Overrides(warmup, weight_decay, grad_clip, keep_last))
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
+
+
+class _Termination:
+    """SIGTERM (a preemptible machine's notice) during ``fit``: noted, and the loop saves its
+    state after the current step and exits."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: Any = None
+
+    def __enter__(self) -> _Termination:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._note)
+        return self
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _loss_state_holders(loss_fn: Any) -> list[Any]:
@@ -584,6 +647,13 @@ def fit(
     device = model_device(model)
     history = history or History()
     start_step = history.steps[-1] + 1 if history.steps else 0
+    overrides = _OVERRIDES.get()
+    if overrides.warmup is not None:
+        warmup = overrides.warmup
+    if overrides.weight_decay is not None:
+        weight_decay = overrides.weight_decay
+    if overrides.grad_clip is not None:
+        grad_clip = overrides.grad_clip or None
     warmup = max(1, steps // 20) if warmup is None else warmup
     if optimizer is None:
         decay, no_decay = [], []
@@ -649,12 +719,17 @@ def fit(
         history.log_eval(step, values)
         log.write_evals(history)  # as it happens: a long run's evaluations are visible at once
 
+    saved_at = [done]  # the step of the state on disk (kept as a copy before it is replaced)
+
     def save_state(finished: bool) -> None:
         if state_file is None:
             return
         if main_process:
             from .checkpoints import save_train_state
 
+            if overrides.keep_last:
+                _keep_copy(state_file, saved_at[0], overrides.keep_last)
+            saved_at[0] = done
             save_train_state(
                 state_file,
                 model,
@@ -737,6 +812,9 @@ def fit(
             log.write(history)
         pending.clear()
 
+    termination = _Termination() if state_file is not None else None
+    if termination is not None:
+        termination.__enter__()
     try:
         for i in range(done, steps):
             step = start_step + i
@@ -806,16 +884,51 @@ def fit(
                 run_eval(step)
             if save:
                 save_state(finished=False)
+            if termination is not None and _agree(termination.requested, world, device) and done < steps:
+                flush()
+                save_state(finished=False)
+                raise SystemExit(
+                    f"stopped by SIGTERM after step {done} of {steps} ({desc}); the training state is "
+                    f"saved in {state_file.parent}: run the same command with --resume to continue"
+                )
         flush()
         bar.set_postfix_str(f"loss={history.loss[-1]:.4f}" + (", evaluating..." if eval_fn else ""))
         run_eval(step)
         save_state(finished=True)
     finally:
+        if termination is not None:
+            termination.__exit__()
         bar.close()
         log.close()
         history.seconds += time.perf_counter() - t0
         model.eval()
     return history
+
+
+def _agree(flag: bool, world: int, device: torch.device) -> bool:
+    """``flag`` on any process (one all-reduce when there are several): all stop together."""
+    if world == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    torch.distributed.all_reduce(t)
+    return bool(t.item() > 0)
+
+
+def _keep_copy(state_file: Path, previous: int, keep: int) -> None:
+    """Before ``state_file`` (of step ``previous``) is replaced, keep it as
+    ``state-<step>.pt`` and remove all but the newest ``keep`` such copies."""
+    if state_file.exists() and previous > 0:
+        copy = state_file.with_name(f"state-{previous:08d}.pt")
+        copy.unlink(missing_ok=True)
+        try:
+            os.link(state_file, copy)  # the latest state is replaced by a rename: the link keeps it
+        except OSError:
+            import shutil
+
+            shutil.copyfile(state_file, copy)
+    copies = sorted(state_file.parent.glob("state-*.pt"))
+    for old in copies[: max(0, len(copies) - keep)]:
+        old.unlink(missing_ok=True)
 
 
 # steps between reading the loss back from the device: every step on a CPU (where reading is

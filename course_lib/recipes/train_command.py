@@ -209,6 +209,7 @@ _FREE_TO_CHANGE = {
     "config",
     "func",
     "command",
+    "keep_last",
     "steps",  # checked by fit itself (more steps continue a finished run with --force-resume)
 }
 
@@ -286,7 +287,7 @@ def _has_state(args: argparse.Namespace) -> bool:
 def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
         from ..data.text_files import reading_encoding
-        from ..train import resume_settings
+        from ..train import loop_overrides, resume_settings
 
         if getattr(args, "text", None) == "generated":
             args.text = None
@@ -324,16 +325,33 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
         except (ValueError, FileNotFoundError) as exc:
             print(f"course train {objective}: {exc}", file=sys.stderr)
             return 2
+        overrides = {k: getattr(args, k, None) for k in ("warmup", "weight_decay", "grad_clip", "keep_last")}
         with resume_settings(settings, force=getattr(args, "force_resume", False)):
-            with reading_encoding(getattr(args, "encoding", None)):
+            with reading_encoding(getattr(args, "encoding", None)), loop_overrides(**overrides):
                 return run(args)
 
     return cmd
 
 
+def _non_negative(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a valid {kind.__name__}: {text}") from None
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def register(sub: Any) -> None:
     """Add ``course train OBJECTIVE`` to the ``course`` command."""
     import importlib
+
+    from .common import positive
 
     p = sub.add_parser(
         "train",
@@ -357,6 +375,25 @@ def register(sub: Any) -> None:
         )
         q.add_argument(
             "--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)"
+        )
+        g = q.add_argument_group("optimisation (default: the recipe's)")
+        g.add_argument("--warmup", type=_non_negative(int), default=None, metavar="N", help="warm-up steps")
+        g.add_argument(
+            "--weight-decay", type=_non_negative(float), default=None, metavar="W", help="AdamW weight decay"
+        )
+        g.add_argument(
+            "--grad-clip",
+            type=_non_negative(float),
+            default=None,
+            metavar="NORM",
+            help="clip the gradient norm at NORM (0: no clipping; default 1.0)",
+        )
+        g.add_argument(
+            "--keep-last",
+            type=positive(int),
+            default=None,
+            metavar="K",
+            help="keep the K previous training states beside the latest (state-<step>.pt)",
         )
         q.add_argument(
             "--encoding",
