@@ -24,11 +24,13 @@ For long runs the same loop also does (all off by default, so a chapter's run is
   it). Exact for any batch source whose batches depend only on the order of drawing and the
   random state (the course's data all do); a finished ``fit`` is loaded, its batches drawn;
 * **data parallelism** under ``torchrun``: when ``torch.distributed`` is initialised with
-  more than one process, rank 0's parameters are broadcast, every rank takes its equal slice
-  of each (global) batch and the gradients are averaged with one all-reduce per step (what
-  DistributedDataParallel does, done on the flat gradient so any ``loss_fn`` works, also one
-  that calls submodules directly). Rank 0 alone writes checkpoints and logs; a checkpoint
-  resumes on any number of processes;
+  more than one process, the loop wraps a module whose ``forward`` is the objective's loss
+  (``loss_fn(model, batch)``, so losses that call submodules and heads directly work) in
+  torch's ``DistributedDataParallel``: rank 0's parameters are broadcast, every rank takes
+  its equal slice of each (global) batch, and the gradients are averaged by DDP's bucketed
+  all-reduce while backward runs (``no_sync`` for all but the last micro-batch of an
+  accumulated step). Rank 0 alone writes checkpoints and logs; a checkpoint resumes on any
+  number of processes;
 * a **metrics log** (``log_csv``; TensorBoard too with ``tensorboard=DIR`` when installed);
 * **clear failures**: a non-finite loss stops the run naming the step, and running out of
   memory names the batch size to try instead.
@@ -669,10 +671,6 @@ def fit(
     base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     lr_scale = SCHEDULES[schedule]
-    params = [p for p in model.parameters() if p.requires_grad]
-    if world > 1:  # every rank starts from rank 0's weights
-        for t in list(model.parameters()) + list(model.buffers()):
-            torch.distributed.broadcast(t.data, 0)
 
     done = 0  # optimiser steps of this call already taken (restored on resume)
     rng = None
@@ -812,6 +810,25 @@ def fit(
             log.write(history)
         pending.clear()
 
+    ddp = None
+    if world > 1:
+        # torch's DistributedDataParallel around a module whose forward is the objective's loss
+        # (course losses call submodules and heads directly): rank 0's weights are broadcast
+        # when it is built, and the gradients are averaged in buckets while backward runs
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            _LossModule(model, forward, loss_fn),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True,  # heads a batch does not use (a pair task, a hint layer)
+        )
+
+    def compute_loss(batch: Any, sync: bool) -> Any:
+        if ddp is None:
+            return loss_fn(forward, batch)
+        if sync:
+            return ddp(batch)
+        with ddp.no_sync():  # accumulate locally; the last micro-batch's backward all-reduces
+            return ddp(batch)
+
     termination = _Termination() if state_file is not None else None
     if termination is not None:
         termination.__enter__()
@@ -838,7 +855,7 @@ def fit(
                     step_token = _STEP.set(i)
                     try:
                         with _precision_context(device, precision, mixed_precision):
-                            out = loss_fn(forward, batch)
+                            out = compute_loss(batch, sync=micro == accumulate - 1)
                     finally:
                         _STEP.reset(step_token)
                     loss, metrics = out if isinstance(out, tuple) else (out, {})
@@ -848,7 +865,11 @@ def fit(
                             + (" or use --precision bf16/fp32" if precision == "fp16" else "")
                         )
                     scaled = loss / accumulate if accumulate > 1 else loss
-                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                    if ddp is not None and micro < accumulate - 1:
+                        with ddp.no_sync():
+                            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                    else:
+                        (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 except torch.OutOfMemoryError as e:
                     raise _out_of_memory(e, batch, step, accumulate) from e
                 if sync_every == 1:
@@ -860,8 +881,8 @@ def fit(
                     step_metrics[k] = step_metrics.get(k, 0.0) + v / accumulate
             if exhausted:
                 break
-            if world > 1:
-                step_loss = _all_reduce_gradients(params, world, step_loss)
+            if world > 1:  # the gradients are averaged already (DDP); the loss for the record
+                step_loss = _average(step_loss, world, device)
             if scaler is not None:
                 scaler.unscale_(optimizer)
             if grad_clip is not None:
@@ -945,20 +966,28 @@ def _precision_context(device: torch.device, precision: str, mixed_precision: bo
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _all_reduce_gradients(params: list[nn.Parameter], world: int, loss: Any) -> Any:
-    """Average the gradients (and the step's loss, a float or a device scalar, returned as
-    the same kind) over the processes: one all-reduce of a flat buffer."""
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    loss_t = torch.as_tensor(loss, dtype=grads[0].dtype, device=grads[0].device).reshape(1)
-    flat = torch.cat([g.reshape(-1) for g in grads] + [loss_t])
-    torch.distributed.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
-        offset += n
-    return flat[-1] if isinstance(loss, torch.Tensor) else float(flat[-1])
+class _LossModule(nn.Module):
+    """``forward(batch) = loss_fn(model, batch)``: the objective as one module, so that
+    DistributedDataParallel sees the loss's whole graph (every submodule and head a course
+    loss calls), not only ``model.forward``."""
+
+    def __init__(self, model: nn.Module, forward: Any, loss_fn: Callable[[nn.Module, Any], Any]) -> None:
+        super().__init__()
+        self.model = model
+        self._forward = forward  # the model, or its torch.compile'd version
+        self._loss_fn = loss_fn
+
+    def forward(self, batch: Any) -> Any:
+        return self._loss_fn(self._forward, batch)
+
+
+def _average(loss: Any, world: int, device: torch.device) -> Any:
+    """The step's loss (a float or a device scalar, returned as the same kind) averaged over
+    the processes: what one process with the whole batch records."""
+    t = torch.as_tensor(loss, dtype=torch.float32, device=device).reshape(1).clone()
+    torch.distributed.all_reduce(t)
+    t /= world
+    return t[0] if isinstance(loss, torch.Tensor) else float(t[0])
 
 
 def _out_of_memory(error: Exception, batch: Any, step: int, accumulate: int) -> RuntimeError:
