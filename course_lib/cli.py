@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.recipes.distill",
     "course_lib.recipes.train_command",
     "course_lib.export",
+    "course_lib.evaluate",
     "course_lib.bench",
     "course_lib.studies",
 ]

@@ -24,11 +24,13 @@ For long runs the same loop also does (all off by default, so a chapter's run is
   it). Exact for any batch source whose batches depend only on the order of drawing and the
   random state (the course's data all do); a finished ``fit`` is loaded, its batches drawn;
 * **data parallelism** under ``torchrun``: when ``torch.distributed`` is initialised with
-  more than one process, rank 0's parameters are broadcast, every rank takes its equal slice
-  of each (global) batch and the gradients are averaged with one all-reduce per step (what
-  DistributedDataParallel does, done on the flat gradient so any ``loss_fn`` works, also one
-  that calls submodules directly). Rank 0 alone writes checkpoints and logs; a checkpoint
-  resumes on any number of processes;
+  more than one process, the loop wraps a module whose ``forward`` is the objective's loss
+  (``loss_fn(model, batch)``, so losses that call submodules and heads directly work) in
+  torch's ``DistributedDataParallel``: rank 0's parameters are broadcast, every rank takes
+  its equal slice of each (global) batch, and the gradients are averaged by DDP's bucketed
+  all-reduce while backward runs (``no_sync`` for all but the last micro-batch of an
+  accumulated step). Rank 0 alone writes checkpoints and logs; a checkpoint resumes on any
+  number of processes;
 * a **metrics log** (``log_csv``; TensorBoard too with ``tensorboard=DIR`` when installed);
 * **clear failures**: a non-finite loss stops the run naming the step, and running out of
   memory names the batch size to try instead.
@@ -75,6 +77,7 @@ __all__ = [
     "SCHEDULES",
     "current_step",
     "resume_settings",
+    "loop_overrides",
     "ResumeMismatch",
 ]
 
@@ -307,6 +310,68 @@ def resume_settings(settings: Mapping[str, Any], *, force: bool = False) -> Iter
         yield
     finally:
         _RESUME_CHECK.reset(token)
+
+
+@dataclass(frozen=True)
+class _Overrides:
+    warmup: int | None = None
+    weight_decay: float | None = None
+    grad_clip: float | None = None  # 0: no clipping
+    keep_last: int | None = None
+
+
+_OVERRIDES: contextvars.ContextVar[_Overrides] = contextvars.ContextVar(
+    "course_overrides", default=_Overrides()
+)
+
+
+@contextmanager
+def loop_overrides(
+    *,
+    warmup: int | None = None,
+    weight_decay: float | None = None,
+    grad_clip: float | None = None,
+    keep_last: int | None = None,
+) -> Iterator[None]:
+    """Every ``fit`` inside uses these instead of the recipe's values (``None``: the recipe's):
+    warm-up steps, AdamW weight decay, the gradient-norm clip (``0``: none), and how many
+    earlier training states to keep beside the latest (``state-<step>.pt``; default none)."""
+    for name, v in (("warmup", warmup), ("weight_decay", weight_decay), ("grad_clip", grad_clip)):
+        if v is not None and v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be positive, got {keep_last}")
+    token = _OVERRIDES.set(_Overrides(warmup, weight_decay, grad_clip, keep_last))
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
+
+
+class _Termination:
+    """SIGTERM (a preemptible machine's notice) during ``fit``: noted, and the loop saves its
+    state after the current step and exits."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: Any = None
+
+    def __enter__(self) -> _Termination:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._note)
+        return self
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _loss_state_holders(loss_fn: Any) -> list[Any]:
@@ -584,6 +649,13 @@ def fit(
     device = model_device(model)
     history = history or History()
     start_step = history.steps[-1] + 1 if history.steps else 0
+    overrides = _OVERRIDES.get()
+    if overrides.warmup is not None:
+        warmup = overrides.warmup
+    if overrides.weight_decay is not None:
+        weight_decay = overrides.weight_decay
+    if overrides.grad_clip is not None:
+        grad_clip = overrides.grad_clip or None
     warmup = max(1, steps // 20) if warmup is None else warmup
     if optimizer is None:
         decay, no_decay = [], []
@@ -599,10 +671,6 @@ def fit(
     base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     lr_scale = SCHEDULES[schedule]
-    params = [p for p in model.parameters() if p.requires_grad]
-    if world > 1:  # every rank starts from rank 0's weights
-        for t in list(model.parameters()) + list(model.buffers()):
-            torch.distributed.broadcast(t.data, 0)
 
     done = 0  # optimiser steps of this call already taken (restored on resume)
     rng = None
@@ -647,6 +715,9 @@ def fit(
             values = eval_fn(model)
         model.train(was_training)
         history.log_eval(step, values)
+        log.write_evals(history)  # as it happens: a long run's evaluations are visible at once
+
+    saved_at = [done]  # the step of the state on disk (kept as a copy before it is replaced)
 
     def save_state(finished: bool) -> None:
         if state_file is None:
@@ -654,6 +725,9 @@ def fit(
         if main_process:
             from .checkpoints import save_train_state
 
+            if overrides.keep_last:
+                _keep_copy(state_file, saved_at[0], overrides.keep_last)
+            saved_at[0] = done
             save_train_state(
                 state_file,
                 model,
@@ -736,6 +810,28 @@ def fit(
             log.write(history)
         pending.clear()
 
+    ddp = None
+    if world > 1:
+        # torch's DistributedDataParallel around a module whose forward is the objective's loss
+        # (course losses call submodules and heads directly): rank 0's weights are broadcast
+        # when it is built, and the gradients are averaged in buckets while backward runs
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            _LossModule(model, forward, loss_fn),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True,  # heads a batch does not use (a pair task, a hint layer)
+        )
+
+    def compute_loss(batch: Any, sync: bool) -> Any:
+        if ddp is None:
+            return loss_fn(forward, batch)
+        if sync:
+            return ddp(batch)
+        with ddp.no_sync():  # accumulate locally; the last micro-batch's backward all-reduces
+            return ddp(batch)
+
+    termination = _Termination() if state_file is not None else None
+    if termination is not None:
+        termination.__enter__()
     try:
         for i in range(done, steps):
             step = start_step + i
@@ -759,7 +855,7 @@ def fit(
                     step_token = _STEP.set(i)
                     try:
                         with _precision_context(device, precision, mixed_precision):
-                            out = loss_fn(forward, batch)
+                            out = compute_loss(batch, sync=micro == accumulate - 1)
                     finally:
                         _STEP.reset(step_token)
                     loss, metrics = out if isinstance(out, tuple) else (out, {})
@@ -769,7 +865,11 @@ def fit(
                             + (" or use --precision bf16/fp32" if precision == "fp16" else "")
                         )
                     scaled = loss / accumulate if accumulate > 1 else loss
-                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                    if ddp is not None and micro < accumulate - 1:
+                        with ddp.no_sync():
+                            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                    else:
+                        (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 except torch.OutOfMemoryError as e:
                     raise _out_of_memory(e, batch, step, accumulate) from e
                 if sync_every == 1:
@@ -781,8 +881,8 @@ def fit(
                     step_metrics[k] = step_metrics.get(k, 0.0) + v / accumulate
             if exhausted:
                 break
-            if world > 1:
-                step_loss = _all_reduce_gradients(params, world, step_loss)
+            if world > 1:  # the gradients are averaged already (DDP); the loss for the record
+                step_loss = _average(step_loss, world, device)
             if scaler is not None:
                 scaler.unscale_(optimizer)
             if grad_clip is not None:
@@ -799,22 +899,57 @@ def fit(
             save = bool(checkpoint_every and done % checkpoint_every == 0 and done < steps)
             if len(pending) >= sync_every or evaluate or save or done == steps or i % 10 == 0:
                 flush()
-            if i % 10 == 0:
+            if history.loss and (i % 10 == 0 or len(pending) == 0):
                 bar.set_postfix(loss=f"{history.loss[-1]:.4f}", refresh=False)
             if evaluate:
                 run_eval(step)
             if save:
                 save_state(finished=False)
+            if termination is not None and _agree(termination.requested, world, device) and done < steps:
+                flush()
+                save_state(finished=False)
+                raise SystemExit(
+                    f"stopped by SIGTERM after step {done} of {steps} ({desc}); the training state is "
+                    f"saved in {state_file.parent}: run the same command with --resume to continue"
+                )
         flush()
+        bar.set_postfix_str(f"loss={history.loss[-1]:.4f}" + (", evaluating..." if eval_fn else ""))
         run_eval(step)
-        log.write_evals(history)
         save_state(finished=True)
     finally:
+        if termination is not None:
+            termination.__exit__()
         bar.close()
         log.close()
         history.seconds += time.perf_counter() - t0
         model.eval()
     return history
+
+
+def _agree(flag: bool, world: int, device: torch.device) -> bool:
+    """``flag`` on any process (one all-reduce when there are several): all stop together."""
+    if world == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    torch.distributed.all_reduce(t)
+    return bool(t.item() > 0)
+
+
+def _keep_copy(state_file: Path, previous: int, keep: int) -> None:
+    """Before ``state_file`` (of step ``previous``) is replaced, keep it as
+    ``state-<step>.pt`` and remove all but the newest ``keep`` such copies."""
+    if state_file.exists() and previous > 0:
+        copy = state_file.with_name(f"state-{previous:08d}.pt")
+        copy.unlink(missing_ok=True)
+        try:
+            os.link(state_file, copy)  # the latest state is replaced by a rename: the link keeps it
+        except OSError:
+            import shutil
+
+            shutil.copyfile(state_file, copy)
+    copies = sorted(state_file.parent.glob("state-*.pt"))
+    for old in copies[: max(0, len(copies) - keep)]:
+        old.unlink(missing_ok=True)
 
 
 # steps between reading the loss back from the device: every step on a CPU (where reading is
@@ -831,20 +966,28 @@ def _precision_context(device: torch.device, precision: str, mixed_precision: bo
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _all_reduce_gradients(params: list[nn.Parameter], world: int, loss: Any) -> Any:
-    """Average the gradients (and the step's loss, a float or a device scalar, returned as
-    the same kind) over the processes: one all-reduce of a flat buffer."""
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    loss_t = torch.as_tensor(loss, dtype=grads[0].dtype, device=grads[0].device).reshape(1)
-    flat = torch.cat([g.reshape(-1) for g in grads] + [loss_t])
-    torch.distributed.all_reduce(flat)
-    flat /= world
-    offset = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
-        offset += n
-    return flat[-1] if isinstance(loss, torch.Tensor) else float(flat[-1])
+class _LossModule(nn.Module):
+    """``forward(batch) = loss_fn(model, batch)``: the objective as one module, so that
+    DistributedDataParallel sees the loss's whole graph (every submodule and head a course
+    loss calls), not only ``model.forward``."""
+
+    def __init__(self, model: nn.Module, forward: Any, loss_fn: Callable[[nn.Module, Any], Any]) -> None:
+        super().__init__()
+        self.model = model
+        self._forward = forward  # the model, or its torch.compile'd version
+        self._loss_fn = loss_fn
+
+    def forward(self, batch: Any) -> Any:
+        return self._loss_fn(self._forward, batch)
+
+
+def _average(loss: Any, world: int, device: torch.device) -> Any:
+    """The step's loss (a float or a device scalar, returned as the same kind) averaged over
+    the processes: what one process with the whole batch records."""
+    t = torch.as_tensor(loss, dtype=torch.float32, device=device).reshape(1).clone()
+    torch.distributed.all_reduce(t)
+    t /= world
+    return t[0] if isinstance(loss, torch.Tensor) else float(t[0])
 
 
 def _out_of_memory(error: Exception, batch: Any, step: int, accumulate: int) -> RuntimeError:

@@ -24,7 +24,21 @@ ap.add_argument("out")
 ap.add_argument("--crash-at", type=int, default=None)
 ap.add_argument("--resume", action="store_true")
 ap.add_argument("--steps", type=int, default=8)
+ap.add_argument("--accumulate", type=int, default=1)
 args = ap.parse_args()
+
+# count the DistributedDataParallel wrappers fit builds (the loop must use torch's DDP)
+wrapped = []
+_DDP = torch.nn.parallel.DistributedDataParallel
+
+
+class _CountingDDP(_DDP):
+    def __init__(self, *a, **k):
+        wrapped.append(type(a[0]).__name__)
+        super().__init__(*a, **k)
+
+
+torch.nn.parallel.DistributedDataParallel = _CountingDDP
 
 torch.set_num_threads(1)
 device, rank, world = init_distributed(torch.device("cpu"))
@@ -66,6 +80,7 @@ history = fit(
     checkpoint=os.path.join(args.out, "ckpt"),
     checkpoint_every=2,
     resume=args.resume,
+    accumulate=args.accumulate,
 )
 if rank == 0:
     torch.save(
@@ -73,6 +88,7 @@ if rank == 0:
             "loss": history.loss,
             "params": {k: v.clone() for k, v in model.state_dict().items()},
             "world": world,
+            "ddp": wrapped,
         },
         os.path.join(args.out, "result.pt"),
     )

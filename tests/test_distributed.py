@@ -51,8 +51,19 @@ def test_two_processes_follow_one_process(tmp_path, one_process):
     _run(tmp_path, 2)
     two = _result(tmp_path)
     assert two["world"] == 2 and one_process["world"] == 1
+    assert two["ddp"] == ["_LossModule"] and one_process["ddp"] == []  # torch's DDP, around the loss
     assert two["loss"] == pytest.approx(one_process["loss"], abs=1e-5)
     for name, p in one_process["params"].items():
+        torch.testing.assert_close(two["params"][name], p, atol=1e-5, rtol=1e-4)
+
+
+def test_accumulation_on_two_processes_follows_one_process(tmp_path):
+    """DDP's no_sync for all but the last micro-batch: the same steps as one process."""
+    _run(tmp_path / "one", 1, "--accumulate", "2", "--steps", "4")
+    _run(tmp_path / "two", 2, "--accumulate", "2", "--steps", "4")
+    one, two = _result(tmp_path / "one"), _result(tmp_path / "two")
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-5)
+    for name, p in one["params"].items():
         torch.testing.assert_close(two["params"][name], p, atol=1e-5, rtol=1e-4)
 
 
@@ -88,9 +99,25 @@ def test_two_nodes_of_one_process_each(tmp_path, one_process):
         port = s.getsockname()[1]
     launchers = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-             "--node_rank", str(node), "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-             "--rdzv_id", "course-test", str(WORKER), str(tmp_path)],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc_per_node",
+                "1",
+                "--node_rank",
+                str(node),
+                "--rdzv_backend",
+                "c10d",
+                "--rdzv_endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv_id",
+                "course-test",
+                str(WORKER),
+                str(tmp_path),
+            ],  # fmt: skip
             env=_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -209,6 +209,7 @@ _FREE_TO_CHANGE = {
     "config",
     "func",
     "command",
+    "keep_last",
     "steps",  # checked by fit itself (more steps continue a finished run with --force-resume)
 }
 
@@ -232,6 +233,52 @@ def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     return settings
 
 
+def _check_arguments(args: argparse.Namespace, objective: str) -> None:
+    """One-line ``ValueError``s, before any data work, for what would fail later with a
+    traceback: a device torch does not know or does not have, ``--out`` naming a file, a
+    distillation teacher that is not a masked-LM BERT/ALBERT folder."""
+    import warnings
+
+    import torch
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder for the model")
+    choice = getattr(args, "device", None)
+    if choice:
+        try:
+            device = torch.device(choice)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"--device {choice!r} is not a device: use cpu, cuda, cuda:1 or mps") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"--device {choice}: torch sees no CUDA device (torch {torch.__version__}, "
+                f"built with CUDA {torch.version.cuda or 'none'}); use --device cpu"
+            )
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"--device {choice}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"--device {choice!r}: course train runs on cpu, cuda or mps")
+        if getattr(args, "precision", None) == "fp16" and device.type == "cpu":
+            warnings.warn("--precision fp16 on a CPU is slower than fp32 (no fp16 kernels); use fp32 or bf16")
+    if objective == "distill" and getattr(args, "teacher", None):
+        import json
+
+        config = Path(args.teacher) / "config.json"
+        if config.is_file():
+            try:
+                architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+            except ValueError:
+                raise ValueError(f"--teacher: {config} is not valid JSON") from None
+            if not architecture.startswith(("Bert", "Albert")) or architecture == "BertLMHeadModel":
+                raise ValueError(
+                    f"--teacher {args.teacher} holds a {architecture}; distillation needs a masked-LM "
+                    "teacher (a folder written by `course train bert`, `roberta` or `albert`)"
+                )
+
+
 def _has_state(args: argparse.Namespace) -> bool:
     folder = Path(getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints")
     return folder.is_dir() and any(folder.glob("*/state.pt"))
@@ -239,7 +286,8 @@ def _has_state(args: argparse.Namespace) -> bool:
 
 def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
-        from ..train import resume_settings
+        from ..data.text_files import reading_encoding
+        from ..train import loop_overrides, resume_settings
 
         if getattr(args, "text", None) == "generated":
             args.text = None
@@ -270,19 +318,40 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             )
             return 2
         try:
+            _check_arguments(args, objective)
             settings = run_settings(args, objective)
+            with reading_encoding(getattr(args, "encoding", None)):
+                pass  # checks the name before any data work
         except (ValueError, FileNotFoundError) as exc:
             print(f"course train {objective}: {exc}", file=sys.stderr)
             return 2
+        overrides = {k: getattr(args, k, None) for k in ("warmup", "weight_decay", "grad_clip", "keep_last")}
         with resume_settings(settings, force=getattr(args, "force_resume", False)):
-            return run(args)
+            with reading_encoding(getattr(args, "encoding", None)), loop_overrides(**overrides):
+                return run(args)
 
     return cmd
+
+
+def _non_negative(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a valid {kind.__name__}: {text}") from None
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def register(sub: Any) -> None:
     """Add ``course train OBJECTIVE`` to the ``course`` command."""
     import importlib
+
+    from .common import positive
 
     p = sub.add_parser(
         "train",
@@ -306,6 +375,31 @@ def register(sub: Any) -> None:
         )
         q.add_argument(
             "--config", metavar="FILE", help="a JSON or TOML file of option values (the command line wins)"
+        )
+        g = q.add_argument_group("optimisation (default: the recipe's)")
+        g.add_argument("--warmup", type=_non_negative(int), default=None, metavar="N", help="warm-up steps")
+        g.add_argument(
+            "--weight-decay", type=_non_negative(float), default=None, metavar="W", help="AdamW weight decay"
+        )
+        g.add_argument(
+            "--grad-clip",
+            type=_non_negative(float),
+            default=None,
+            metavar="NORM",
+            help="clip the gradient norm at NORM (0: no clipping; default 1.0)",
+        )
+        g.add_argument(
+            "--keep-last",
+            type=positive(int),
+            default=None,
+            metavar="K",
+            help="keep the K previous training states beside the latest (state-<step>.pt)",
+        )
+        q.add_argument(
+            "--encoding",
+            default=None,
+            metavar="NAME",
+            help="the text files' encoding (default utf-8; e.g. latin-1, cp1252, utf-16)",
         )
         q.add_argument(
             "--force-resume",

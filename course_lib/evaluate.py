@@ -1,0 +1,281 @@
+"""``course eval MODEL_DIR --data PATH``: how well a model trained by ``course train`` predicts
+held-out text, as JSON on stdout (a progress bar on stderr).
+
+* masked LMs (bert, roberta, albert, distill students): ``mlm_accuracy`` and ``mlm_loss`` over
+  15 % of the tokens masked once with ``--seed`` (BERT's 80/10/10 rule), ``perplexity`` =
+  exp(mlm_loss); with ``--pll`` also the pseudo-log-likelihood (every token masked in turn,
+  Salazar et al. 2020): ``pll_per_token`` and ``pseudo_perplexity``;
+* the causal BERT: next-token ``lm_loss``, ``lm_accuracy`` and ``perplexity``;
+* XLNet: ``plm_loss``, ``plm_accuracy`` and ``perplexity`` over one random factorisation order
+  per row (seeded), the last 1/K of each order predicted as in training.
+
+The text is read as ``course train`` reads it (same ``--encoding``, same checks), packed into
+rows of the model's training length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["evaluate_folder", "register", "main"]
+
+
+def _rows(model_dir: Path, documents: list, tokenizer: Any, max_len: int | None) -> dict[str, torch.Tensor]:
+    from .recipes.bert import pretraining_examples
+
+    meta_path = model_dir / "model.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    length = max_len or (meta.get("recipe") or {}).get("max_len") or 128
+    return pretraining_examples(documents, tokenizer, max_len=int(length), pair_task=None, row_unit="block")
+
+
+def _batches(n: int, batch_size: int, desc: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    with tqdm(total=n, desc=desc, unit="rows", disable=not progress, file=sys.stderr) as bar:
+        for i in range(0, n, batch_size):
+            yield slice(i, min(n, i + batch_size))
+            bar.update(min(n, i + batch_size) - i)
+
+
+def _inputs(examples: dict[str, torch.Tensor], sl: slice, device: torch.device) -> dict[str, torch.Tensor]:
+    from .objectives.pairs import trim_padding
+
+    fields = ("input_ids", "attention_mask", "token_type_ids")
+    batch = trim_padding({k: v[sl] for k, v in examples.items() if k in fields})
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def _masked_lm(model, tokenizer, examples, *, seed, batch_size, pll, progress) -> dict[str, float]:
+    from .recipes.bert import make_masker
+
+    masker = make_masker(tokenizer, mlm_probability=0.15)
+    device = next(model.parameters()).device
+    special = examples["attention_mask"] == 0
+    g = torch.Generator().manual_seed(seed)
+    masked, labels = masker(examples["input_ids"], generator=g, special_mask=special)
+    loss_sum, correct, total = 0.0, 0, 0
+    n = examples["input_ids"].size(0)
+    for sl in _batches(n, batch_size, "masked-LM", progress):
+        batch = _inputs({**examples, "input_ids": masked}, sl, device)
+        width = batch["input_ids"].size(1)
+        target = labels[sl, :width].to(device)
+        logits = model(**batch).mlm_logits.float()
+        chosen = target != -100
+        loss_sum += F.cross_entropy(logits[chosen], target[chosen], reduction="sum").item()
+        correct += int((logits[chosen].argmax(-1) == target[chosen]).sum())
+        total += int(chosen.sum())
+    out = {"mlm_loss": loss_sum / max(total, 1), "mlm_accuracy": correct / max(total, 1), "tokens": total}
+    out["perplexity"] = math.exp(min(out["mlm_loss"], 50.0))
+    if pll:
+        out.update(_pseudo_log_likelihood(model, tokenizer, examples, batch_size, progress))
+    return out
+
+
+@torch.no_grad()
+def _pseudo_log_likelihood(model, tokenizer, examples, batch_size, progress) -> dict[str, float]:
+    """Every real, non-special token masked in turn; the sum of log p(true token)."""
+    mask_id = tokenizer.token_to_id("[MASK]")
+    if mask_id is None:
+        mask_id = tokenizer.token_to_id("<mask>")
+    specials = {tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "<s>", "</s>", "[PAD]", "<pad>")}
+    device = next(model.parameters()).device
+    ll, count = 0.0, 0
+    n = examples["input_ids"].size(0)
+    for sl in _batches(n, 1, "pseudo-log-likelihood", progress):
+        row = _inputs(examples, sl, device)
+        ids = row["input_ids"][0]
+        positions = [
+            j for j in range(ids.size(0)) if int(ids[j]) not in specials and bool(row["attention_mask"][0, j])
+        ]
+        for k in range(0, len(positions), batch_size):
+            pos = torch.tensor(positions[k : k + batch_size], device=device)
+            copies = {key: v.expand(pos.numel(), -1).clone() for key, v in row.items()}
+            copies["input_ids"][torch.arange(pos.numel(), device=device), pos] = mask_id
+            logp = model(**copies).mlm_logits.float().log_softmax(-1)
+            ll += logp[torch.arange(pos.numel(), device=device), pos, ids[pos]].sum().item()
+            count += pos.numel()
+    per = ll / max(count, 1)
+    return {"pll_per_token": per, "pseudo_perplexity": math.exp(min(-per, 50.0))}
+
+
+@torch.no_grad()
+def _causal_lm(model, examples, *, batch_size, progress) -> dict[str, float]:
+    device = next(model.parameters()).device
+    loss_sum, correct, total = 0.0, 0, 0
+    for sl in _batches(examples["input_ids"].size(0), batch_size, "next-token", progress):
+        batch = _inputs(examples, sl, device)
+        logits = model(**batch).logits[:, :-1].float()
+        target = batch["input_ids"][:, 1:]
+        real = batch["attention_mask"][:, 1:].bool()
+        loss_sum += F.cross_entropy(logits[real], target[real], reduction="sum").item()
+        correct += int((logits[real].argmax(-1) == target[real]).sum())
+        total += int(real.sum())
+    loss = loss_sum / max(total, 1)
+    return {"lm_loss": loss, "lm_accuracy": correct / max(total, 1), "perplexity": math.exp(min(loss, 50.0))}
+
+
+@torch.no_grad()
+def _permutation_lm(model, examples, *, seed, batch_size, progress) -> dict[str, float]:
+    from .objectives.permutation import plm_batch
+    from .recipes.xlnet import DEFAULT_K
+
+    device = next(model.parameters()).device
+    g = torch.Generator().manual_seed(seed)
+    loss_sum, correct, total = 0.0, 0, 0
+    for sl in _batches(examples["input_ids"].size(0), batch_size, "permutation LM", progress):
+        batch = _inputs(examples, sl, device)
+        extra = plm_batch(batch["input_ids"].cpu(), batch["attention_mask"].cpu(), K=DEFAULT_K, generator=g)
+        batch.update({k: v.to(device) for k, v in extra.items()})
+        labels = batch.pop("labels")
+        batch.pop("target_mask", None)
+        logits = model(**batch).logits.float()
+        real = labels != -100
+        loss_sum += F.cross_entropy(logits[real], labels[real], reduction="sum").item()
+        correct += int((logits[real].argmax(-1) == labels[real]).sum())
+        total += int(real.sum())
+    loss = loss_sum / max(total, 1)
+    return {
+        "plm_loss": loss,
+        "plm_accuracy": correct / max(total, 1),
+        "perplexity": math.exp(min(loss, 50.0)),
+    }
+
+
+def evaluate_folder(
+    model_dir: str | Path,
+    data: str,
+    *,
+    seed: int = 0,
+    batch_size: int = 64,
+    max_len: int | None = None,
+    pll: bool = False,
+    max_rows: int | None = None,
+    device: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The held-out scores of the model in ``model_dir`` on the text ``data`` (see the module
+    docstring); ``ValueError``/``FileNotFoundError`` with one line for what it cannot do."""
+    from .data.text_files import load_documents
+    from .device import get_device
+    from .recipes.bert import load_with_tokenizer
+    from .recipes.xlnet import load_pretrained_xlnet  # noqa: F401  (registers XLNet)
+
+    model_dir = Path(model_dir)
+    config = model_dir / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(
+            f"{model_dir} is not a model folder written by `course train` (no config.json)"
+        )
+    architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+    if not architecture.startswith(("Bert", "Albert", "Roberta", "XLNet")):
+        raise ValueError(
+            f"{model_dir} holds a {architecture}: course eval scores the BERT family, the causal BERT "
+            "and XLNet (ELMo and Transformer-XL report their held-out scores when trained)"
+        )
+    dev = get_device(device)
+    model, tokenizer = load_with_tokenizer(
+        model_dir, "course train", default_architecture="BertForPreTraining", device=dev
+    )
+    documents = load_documents(data)
+    examples = _rows(model_dir, documents, tokenizer, max_len)
+    if max_rows is not None:
+        examples = {k: v[:max_rows] for k, v in examples.items()}
+    n = int(examples["input_ids"].size(0))
+    if n == 0:
+        raise ValueError(f"{data}: no rows to score")
+    if architecture.startswith("XLNet"):
+        scores = _permutation_lm(model, examples, seed=seed, batch_size=batch_size, progress=progress)
+        kind = "permutation LM"
+    elif getattr(model.config, "is_decoder", False):
+        scores = _causal_lm(model, examples, batch_size=batch_size, progress=progress)
+        kind = "causal LM"
+    else:
+        scores = _masked_lm(
+            model, tokenizer, examples, seed=seed, batch_size=batch_size, pll=pll, progress=progress
+        )
+        kind = "masked LM"
+    return {
+        "model": str(model_dir),
+        "architecture": architecture,
+        "objective": kind,
+        "data": data,
+        "rows": n,
+        "seed": seed,
+        **scores,
+    }
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import os
+
+    from .data.text_files import reading_encoding
+
+    progress = os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
+    try:
+        with reading_encoding(args.encoding):
+            result = evaluate_folder(
+                args.model,
+                args.data,
+                seed=args.seed,
+                batch_size=args.batch_size,
+                max_len=args.max_len,
+                pll=args.pll,
+                max_rows=args.max_rows,
+                device=args.device,
+                progress=progress,
+            )
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"course eval: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=1)
+    if args.json:
+        from .checkpoints import atomic_write_text
+
+        atomic_write_text(args.json, text + "\n")
+    print(text)
+    return 0
+
+
+def register(sub: Any) -> None:
+    from .recipes.common import positive
+
+    p = sub.add_parser(
+        "eval",
+        help="score a model trained by `course train` on held-out text (JSON)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("model", metavar="MODEL_DIR", help="a folder written by `course train`")
+    p.add_argument(
+        "--data", required=True, metavar="PATH_OR_GLOB", help="held-out text: file, folder or glob"
+    )
+    p.add_argument("--seed", type=int, default=0, help="the masking / order seed (default 0)")
+    p.add_argument("--batch-size", type=positive(int), default=64)
+    p.add_argument("--max-len", type=positive(int), default=None, help="row length (default: the training's)")
+    p.add_argument("--max-rows", type=positive(int), default=None, help="score only the first N rows")
+    p.add_argument("--pll", action="store_true", help="masked LMs: also the pseudo-log-likelihood (slow)")
+    p.add_argument("--encoding", default=None, help="the text files' encoding (default utf-8)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, mps")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the JSON to FILE")
+    p.set_defaults(func=_cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course")
+    sub = parser.add_subparsers(dest="command")
+    register(sub)
+    args = parser.parse_args(["eval", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

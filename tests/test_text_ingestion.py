@@ -1,0 +1,104 @@
+"""Robust ingestion of the user's text: binary and encoded files refused in one line, long
+words capped, CJK sentence ends, ``--encoding``, and one-line errors for bad options."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import tarfile
+import time
+
+import pytest
+
+from course_lib.cli import main
+from course_lib.data.text_files import MAX_WORD_CHARS, read_text_files, reading_encoding
+
+
+def test_archives_and_binary_files_are_refused_naming_them(tmp_path):
+    tar = tmp_path / "corpus.txt"  # a tar archive renamed .txt
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        data = b"Some text. More text.\n"
+        info = tarfile.TarInfo("a.txt")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    tar.write_bytes(buf.getvalue())
+    with pytest.raises(ValueError, match="is a tar archive, not text"):
+        read_text_files(tar)
+    nul = tmp_path / "x.txt"
+    nul.write_bytes(b"abc\x00def" * 10)
+    with pytest.raises(ValueError, match="NUL bytes"):
+        read_text_files(nul)
+
+
+def test_a_large_file_without_whitespace_is_refused_quickly(tmp_path):
+    blob = tmp_path / "b64.txt"
+    blob.write_text(base64.b64encode(os.urandom(600_000)).decode())
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="encoded or minified data"):
+        read_text_files(blob)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_long_words_are_cut_so_tokenizer_training_stays_linear(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("A normal sentence here. " + "x" * 450 + " ends it.\n")
+    words = [w for d in read_text_files(f) for s in d.sentences for w in s.tokens]
+    assert max(len(w) for w in words) == MAX_WORD_CHARS
+    assert sum(len(w) for w in words if set(w) == {"x"}) == 450
+
+
+def test_sentences_end_at_western_and_cjk_full_stops_line_breaks_are_spaces(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("今日は晴れです。明日は雨ですか？はい！\n\nThe first line\nwraps here. Then 2 more.\n")
+    docs = read_text_files(f)
+    assert [len(d.sentences) for d in docs] == [3, 2]
+    assert docs[1].sentences[0].tokens == ("The", "first", "line", "wraps", "here", ".")
+
+
+def test_the_encoding_is_chosen_for_a_whole_run(tmp_path):
+    f = tmp_path / "latin.txt"
+    f.write_bytes("Un café. Très bien.\n".encode("latin-1"))
+    with pytest.raises(ValueError, match="--encoding latin-1"):
+        read_text_files(f)
+    with reading_encoding("latin-1"):
+        assert "café" in read_text_files(f)[0].sentences[0].tokens
+    with pytest.raises(ValueError, match="unknown encoding"):
+        with reading_encoding("klingon"):
+            pass
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--device", "gpu0"], "--device 'gpu0' is not a device"),
+        (["--encoding", "klingon"], "unknown encoding 'klingon'"),
+    ],
+)
+def test_bad_options_get_one_line_before_any_data_work(tmp_path, capsys, argv, named):
+    assert main(["train", "bert", "--size", "tiny", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1
+
+
+def test_out_naming_a_file_and_a_teacher_of_the_wrong_kind(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["train", "bert", "--out", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
+    teacher = tmp_path / "t"
+    teacher.mkdir()
+    (teacher / "config.json").write_text('{"architecture": "XLNetLMHeadModel"}')
+    assert main(["train", "distill", "--teacher", str(teacher), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "masked-LM teacher" in err and len(err.splitlines()) == 1
+
+
+def test_cuda_without_a_gpu_names_the_option(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["train", "bert", "--device", "cuda", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda: torch sees no CUDA device" in err and "COURSE_DEVICE" not in err
