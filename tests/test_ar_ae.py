@@ -622,7 +622,7 @@ def test_a_right_to_left_lm_is_the_causal_recipe_on_reversed_blocks(docs, tok):
         "tiny",
         docs,
         tokenizer=tok,
-        nsp=False,
+        pair_task=None,
         causal=True,
         direction="right_to_left",
         heldout=0.1,
@@ -631,14 +631,14 @@ def test_a_right_to_left_lm_is_the_causal_recipe_on_reversed_blocks(docs, tok):
     )
     assert isinstance(r2l, BertLMHeadModel) and r2l.config.is_decoder
     # its held-out metric was computed on reversed blocks: evaluate again the same way
-    held = pretraining_examples(docs[9::10], tok, max_len=32, nsp=False, seed=1)  # every 10th, as split
+    held = pretraining_examples(docs[9::10], tok, max_len=32, pair_task=None, seed=1)  # every 10th, as split
     e = evaluate_causal_lm(r2l, reverse_sequences(held))
     assert e["lm_loss"] == pytest.approx(history.evals["lm_loss"][-1], rel=1e-5)
     assert math.isfinite(e["lm_loss"])
     with pytest.raises(ValueError, match="causal=True"):
-        pretrain_bert("tiny", docs, tokenizer=tok, nsp=False, direction="right_to_left", **RECIPE_TINY)
+        pretrain_bert("tiny", docs, tokenizer=tok, pair_task=None, direction="right_to_left", **RECIPE_TINY)
     with pytest.raises(ValueError, match="direction"):
-        pretrain_bert("tiny", docs, tokenizer=tok, nsp=False, causal=True, direction="up", **RECIPE_TINY)
+        pretrain_bert("tiny", docs, tokenizer=tok, pair_task=None, causal=True, direction="up", **RECIPE_TINY)
 
 
 def test_cli_trains_a_right_to_left_lm_and_records_the_direction(tmp_path):

@@ -32,7 +32,7 @@ TINY = dict(steps=30, batch_size=8, max_len=32, vocab_size=300, device="cpu", pr
 @pytest.fixture(scope="module")
 def causal(docs, tok):
     return pretrain_bert(
-        "tiny", docs, tokenizer=tok, nsp=False, causal=True, heldout=0.1, eval_every=15, **TINY
+        "tiny", docs, tokenizer=tok, pair_task=None, causal=True, heldout=0.1, eval_every=15, **TINY
     )
 
 
@@ -42,7 +42,7 @@ def masked(docs, tok):
 
 
 def test_masking_none_gives_unmasked_inputs_and_every_real_token_as_label(docs, tok):
-    ex = pretraining_examples(docs, tok, max_len=32, nsp=False)
+    ex = pretraining_examples(docs, tok, max_len=32, pair_task=None)
     data = MaskedLMData(ex, masker=make_masker(tok), masking="none", batch_size=4)
     view = data.epoch_view(0)
     assert torch.equal(view["input_ids"], ex["input_ids"])
@@ -57,7 +57,7 @@ def test_causal_pretraining_learns_and_its_evaluation_matches_a_direct_count(cau
     assert isinstance(model, BertLMHeadModel) and model.config.is_decoder
     assert sum(history.loss[-5:]) < sum(history.loss[:5])
     assert len(history.evals["lm_loss"]) == 2
-    ex = pretraining_examples(docs[:10], tok, max_len=32, nsp=False, seed=3)
+    ex = pretraining_examples(docs[:10], tok, max_len=32, pair_task=None, seed=3)
     got = evaluate_causal_lm(model, ex, batch_size=3)
     with torch.no_grad():
         logits = model(ex["input_ids"], attention_mask=ex["attention_mask"]).logits
@@ -82,7 +82,7 @@ def test_causal_pretraining_learns_and_its_evaluation_matches_a_direct_count(cau
 
 
 def test_causal_recipe_rejects_nsp(docs, tok):
-    with pytest.raises(ValueError, match="nsp=False"):
+    with pytest.raises(ValueError, match="pair_task=None"):
         pretrain_bert("tiny", docs, tokenizer=tok, causal=True, **TINY)
     with pytest.raises(ValueError, match="masking"):
         pretrain_bert("tiny", docs, tokenizer=tok, masking="none", **TINY)
@@ -95,8 +95,8 @@ def test_segments_join_consecutive_sentences_up_to_the_length(docs, tok):
         assert [t for s in doc for t in s] == [t for s in seg for t in s]  # nothing lost, order kept
         assert all(len(s) <= 14 or any(len(x) == len(s) for x in doc) for s in seg)
         assert len(seg) <= len(doc)
-    sent = pretraining_examples(docs, tok, max_len=64, nsp=True, seed=1)
-    seg = pretraining_examples(docs, tok, max_len=64, nsp=True, nsp_unit="segment", seed=1)
+    sent = pretraining_examples(docs, tok, max_len=64, pair_task="nsp", seed=1)
+    seg = pretraining_examples(docs, tok, max_len=64, pair_task="nsp", nsp_unit="segment", seed=1)
     assert seg["input_ids"].size(0) < sent["input_ids"].size(0)  # fewer, longer pairs
     assert seg["attention_mask"].sum(1).float().mean() > sent["attention_mask"].sum(1).float().mean()
     with pytest.raises(ValueError, match="nsp_unit"):
@@ -192,11 +192,10 @@ def test_greedy_generation_and_its_statistics(masked, causal):
 
 def test_causal_evaluation_refuses_a_masked_lm_and_restores_the_mode(causal, masked, docs):
     model, tok, _ = causal
-    ex = pretraining_examples(docs[:4], tok, max_len=32, nsp=False, seed=3)
+    ex = pretraining_examples(docs[:4], tok, max_len=32, pair_task=None, seed=3)
     with pytest.raises(ValueError, match="left-to-right"):
         evaluate_causal_lm(masked[0], ex)
     model.train()
     evaluate_causal_lm(model, ex)
     assert model.training
     model.eval()
-

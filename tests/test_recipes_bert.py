@@ -64,7 +64,7 @@ def test_tokenize_documents_keeps_the_document_structure(docs, tok):
 
 
 def test_nsp_examples_and_stream_examples(docs, tok):
-    ex = pretraining_examples(docs, tok, max_len=32, nsp=True, seed=0)
+    ex = pretraining_examples(docs, tok, max_len=32, pair_task="nsp", seed=0)
     n_pairs = sum(len(d) - 1 for d in docs)
     assert ex["input_ids"].shape[0] == n_pairs and ex["input_ids"].shape[1] <= 32
     assert set(ex["next_sentence_label"].unique().tolist()) <= {0, 1}
@@ -72,7 +72,7 @@ def test_nsp_examples_and_stream_examples(docs, tok):
     assert (ex["input_ids"][:, 0] == cls).all()
     assert ((ex["input_ids"] == sep).sum(1) == 2).all()  # [CLS] A [SEP] B [SEP]
     assert (ex["token_type_ids"] <= ex["attention_mask"]).all()
-    stream = pretraining_examples(docs, tok, max_len=32, nsp=False)
+    stream = pretraining_examples(docs, tok, max_len=32, pair_task=None)
     assert "next_sentence_label" not in stream and stream["input_ids"].shape[1] == 32
     assert (stream["token_type_ids"] == 0).all()
     n_tokens = sum(len(s) for d in tokenize_documents(docs, tok) for s in d)
@@ -176,7 +176,7 @@ def test_pretrain_without_nsp_dynamic_masking_and_byte_bpe(docs):
     model, tok, history = pretrain_bert(
         "tiny",
         docs,
-        nsp=False,
+        pair_task=None,
         masking="dynamic",
         tokenizer_kind="byte-bpe",
         heldout=0.1,
@@ -208,7 +208,7 @@ def test_continued_pretraining_starts_from_init(pretrained, docs):
     assert weights_fingerprint(model) == fingerprint  # init is not modified
     with pytest.raises(ValueError, match="same configuration"):
         pretrain_bert(
-            "tiny", docs, tokenizer=tok, init=model, nsp=False, heldout=None, **{**TINY, "steps": 1}
+            "tiny", docs, tokenizer=tok, init=model, pair_task=None, heldout=None, **{**TINY, "steps": 1}
         )
 
 
@@ -464,7 +464,7 @@ def test_a_new_bert_family_model_plugs_into_the_recipes_without_copying(docs, to
         model, tok2, history = pretrain_bert(
             "tiny",
             docs,
-            nsp=False,
+            pair_task=None,
             model_class=ReluHeadMaskedLM,
             tokenizer=tok,
             heldout=None,
@@ -486,7 +486,7 @@ def test_a_new_bert_family_model_plugs_into_the_recipes_without_copying(docs, to
         )  # starts from its body
         assert isinstance(clf, BertForSequenceClassification) and len(clf_history.loss) == 2
         with pytest.raises(ValueError, match="pair_objective"):
-            pretrain_bert("tiny", docs, nsp=True, model_class=ReluHeadMaskedLM, tokenizer=tok, **TINY)
+            pretrain_bert("tiny", docs, pair_task="nsp", model_class=ReluHeadMaskedLM, tokenizer=tok, **TINY)
     finally:
         MODEL_CLASSES.pop("ReluHeadMaskedLM")
     with pytest.raises(ValueError, match="unknown architecture 'ReluHeadMaskedLM'"):
@@ -593,7 +593,7 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
         )
         == 2
     )
-    assert "--no-nsp" in capsys.readouterr().err
+    assert "--pair-task none" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit):
         course_main(["pretrain-bert", "--out", str(tmp_path / "o"), "--steps", "0"])

@@ -159,24 +159,15 @@ def test_sop_examples_pack_the_pairs_with_their_label_column(docs, tok):
     assert batch["sentence_order_label"].shape == (8,)
 
 
-def test_nsp_alias_and_pair_task_agree(docs, tok):
-    nsp = pretraining_examples(docs[:20], tok, max_len=32, nsp=True, seed=2)
+def test_pair_task_chooses_the_rows(docs, tok):
+    nsp = pretraining_examples(docs[:20], tok, max_len=32, pair_task="nsp", seed=2)
     assert all(
         torch.equal(nsp[k], v) for k, v in pretraining_examples(docs[:20], tok, max_len=32, seed=2).items()
-    )
-    named = pretraining_examples(docs[:20], tok, max_len=32, pair_task="nsp", seed=2)
-    assert all(torch.equal(nsp[k], named[k]) for k in nsp) and "next_sentence_label" in nsp
-    stream = pretraining_examples(docs[:20], tok, max_len=32, nsp=False)
-    none = pretraining_examples(docs[:20], tok, max_len=32, pair_task=None)
-    assert set(stream) == set(none) == {"input_ids", "token_type_ids", "attention_mask"}
-    assert all(torch.equal(stream[k], none[k]) for k in stream)
-    assert "next_sentence_label" not in pretraining_examples(
-        docs[:20], tok, max_len=32, nsp=False, pair_task="sop"
-    )
-    with pytest.raises(ValueError, match="contradicts"):
-        pretraining_examples(docs, tok, nsp=True, pair_task="sop")
-    with pytest.raises(ValueError, match="contradicts"):
-        pretraining_examples(docs, tok, nsp=False, pair_task="nsp")
+    )  # NSP is the default
+    assert "next_sentence_label" in nsp
+    stream = pretraining_examples(docs[:20], tok, max_len=32, pair_task=None)
+    assert set(stream) == {"input_ids", "token_type_ids", "attention_mask"}
+    assert "sentence_order_label" in pretraining_examples(docs[:20], tok, max_len=32, pair_task="sop")
     with pytest.raises(ValueError, match="pair_task must be one of"):
         pretraining_examples(docs, tok, pair_task="order")
 
@@ -324,28 +315,37 @@ def test_cache_keys_name_sop_and_keep_the_old_keys_for_nsp_and_mlm(docs, tok, mo
     short = dict(TINY, steps=1, tokenizer=tok, heldout=None)
     runs = {
         "default": dict(config="tiny"),
-        "nsp": dict(config="tiny", nsp=True),
-        "pair_nsp": dict(config="tiny", pair_task="nsp"),
-        "mlm": dict(config="tiny", nsp=False),
-        "pair_none": dict(config="tiny", pair_task=None),
+        "nsp": dict(config="tiny", pair_task="nsp"),
+        "mlm": dict(config="tiny", pair_task=None),
         "sop": dict(config=tiny_albert_config(), pair_task="sop", model_class=AlbertForPreTraining),
+        "sop_auto": dict(config=tiny_albert_config(), model_class=AlbertForPreTraining),
     }
     for name, kw in runs.items():
         config = kw.pop("config")
         with pytest.raises(Captured):
             pretrain_bert(config, docs, cache_name=name, **short, **kw)
-    assert keys["default"] == keys["nsp"] == keys["pair_nsp"] and keys["mlm"] == keys["pair_none"]
-    assert keys["nsp"]["nsp"] is True and keys["mlm"]["nsp"] is False
-    for name in ("nsp", "mlm"):
-        assert "pair_task" not in keys[name] and "architecture" not in keys[name]
-    assert keys["sop"]["pair_task"] == "sop" and keys["sop"]["nsp"] is False
+    assert keys["default"] == keys["nsp"] != keys["mlm"] and keys["sop"] == keys["sop_auto"]
+    # every option is in every key, whatever its value
+    options = {"architecture", "pair_task", "nsp_unit", "row_unit", "causal", "direction", "masking"}
+    assert all(options <= set(k) for k in keys.values())
+    assert (keys["nsp"]["pair_task"], keys["mlm"]["pair_task"], keys["sop"]["pair_task"]) == (
+        "nsp",
+        None,
+        "sop",
+    )
+    assert (
+        keys["nsp"]["architecture"] == "BertForPreTraining"
+        and keys["mlm"]["architecture"] == "BertForMaskedLM"
+    )
     assert keys["sop"]["architecture"] == "AlbertForPreTraining"
 
 
 def test_pretrain_bert_rejects_a_pair_task_the_model_has_no_head_for(docs, tok):
     short = dict(TINY, steps=1, tokenizer=tok, heldout=None)
     # a pair head trains on either pair task (the ALBERT paper's NSP-trained ALBERT)
-    _, _, h = pretrain_bert(tiny_albert_config(), docs, nsp=True, model_class=AlbertForPreTraining, **short)
+    _, _, h = pretrain_bert(
+        tiny_albert_config(), docs, pair_task="nsp", model_class=AlbertForPreTraining, **short
+    )
     assert "nsp_accuracy" in h.metrics
     with pytest.raises(ValueError, match="AlbertForPreTraining has pair_objective='sop'.*pair_task=None"):
         pretrain_bert(tiny_albert_config(), docs, pair_task=None, model_class=AlbertForPreTraining, **short)
@@ -353,9 +353,7 @@ def test_pretrain_bert_rejects_a_pair_task_the_model_has_no_head_for(docs, tok):
         pretrain_bert(tiny_albert_config(), docs, pair_task="sop", model_class=AlbertForMaskedLM, **short)
     with pytest.raises(ValueError, match="BertForMaskedLM has pair_objective=None"):
         pretrain_bert("tiny", docs, pair_task="sop", model_class=BertForMaskedLM, **short)
-    with pytest.raises(ValueError, match="contradicts"):
-        pretrain_bert("tiny", docs, nsp=True, pair_task="sop", **short)
-    with pytest.raises(ValueError, match="nsp=False"):
+    with pytest.raises(ValueError, match="pair_task=None"):
         pretrain_bert(tiny_albert_config(), docs, pair_task="sop", causal=True, **short)
     with pytest.raises(ValueError, match="pair_task must be one of"):
         pretrain_bert("tiny", docs, pair_task="order", **short)

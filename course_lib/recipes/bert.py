@@ -266,31 +266,13 @@ def segment_documents(docs: Sequence[Sequence[Sequence[int]]], length: int) -> l
     return out
 
 
-class _Unset:
-    """The default of ``pair_task``: ``"nsp"``, unless ``nsp=False`` (or a ``model_class``) says otherwise."""
-
-    def __repr__(self) -> str:
-        return "<'nsp' unless nsp=False>"
-
-
-_UNSET: Any = _Unset()
-
 # the pairs of each sentence-pair task: (documents of units, rng) -> a, b, label
 _PAIR_MAKERS: dict[str, Callable[..., Any]] = {"nsp": make_nsp_pairs, "sop": make_sop_pairs}
 
 
-def _resolve_pair_task(pair_task: Any, nsp: bool | None) -> str | None:
-    """The sentence-pair task from ``pair_task`` and its older alias ``nsp`` (``True`` =
-    ``"nsp"``, ``False`` = ``None``); both given must agree (``nsp == (pair_task == "nsp")``)."""
-    if pair_task is _UNSET:
-        return "nsp" if nsp is None or nsp else None
+def _check_pair_task(pair_task: Any) -> str | None:
     if pair_task is not None and pair_task not in _PAIR_MAKERS:
         raise ValueError(f"pair_task must be one of {sorted(_PAIR_MAKERS)} or None, got {pair_task!r}")
-    if nsp is not None and bool(nsp) != (pair_task == "nsp"):
-        raise ValueError(
-            f"nsp={nsp} contradicts pair_task={pair_task!r}: give only pair_task (nsp is its older alias: "
-            "nsp=True is pair_task='nsp', nsp=False is pair_task=None)"
-        )
     return pair_task
 
 
@@ -312,16 +294,14 @@ def pretraining_examples(
     tokenizer,
     *,
     max_len: int = 128,
-    nsp: bool | None = None,
-    pair_task: str | None = _UNSET,
+    pair_task: str | None = "nsp",
     nsp_unit: str = "sentence",
     row_unit: str = "block",
     seed: int = 0,
 ) -> dict[str, Tensor]:
     """Packed, unmasked pretraining inputs ``[n, width]``.
 
-    ``pair_task`` (default ``"nsp"``; ``nsp=True``/``False`` is the older spelling of
-    ``"nsp"``/``None``) chooses the rows:
+    ``pair_task`` (default ``"nsp"``) chooses the rows:
 
     * ``"nsp"``: next-sentence pairs (``[CLS] A [SEP] B [SEP]``, ``token_type_ids`` 0/1,
       ``next_sentence_label`` 0 = is next, 1 = random; :func:`~course_lib.objectives.pairs.make_nsp_pairs`);
@@ -340,7 +320,7 @@ def pretraining_examples(
     :func:`segment_documents`). The label column's name is ``PAIR_LABELS[pair_task]``
     (:data:`~course_lib.objectives.losses.PAIR_LABELS`). ``seed`` draws the pairs.
     """
-    pair_task = _resolve_pair_task(pair_task, nsp)
+    pair_task = _check_pair_task(pair_task)
     if nsp_unit not in ("sentence", "segment"):
         raise ValueError(f"nsp_unit must be 'sentence' or 'segment', got {nsp_unit!r}")
     _check_row_unit(row_unit, pair_task)
@@ -685,8 +665,7 @@ def pretrain_bert(
     lr: float | None = None,
     masking: str = "static",
     static_copies: int = 1,
-    nsp: bool | None = None,
-    pair_task: str | None = _UNSET,
+    pair_task: str | None = "auto",
     nsp_unit: str = "sentence",
     row_unit: str = "block",
     causal: bool = False,
@@ -722,10 +701,8 @@ def pretrain_bert(
             ``BertForPreTraining``), ``"sop"`` (ALBERT's sentence-order pairs and loss; the
             model is ``model_class``, by default the one registered class whose
             ``pair_objective`` is ``"sop"``) or ``None`` (``BertForMaskedLM`` on
-            full-sentence blocks, RoBERTa). Default: ``model_class``'s ``pair_objective``
-            when a ``model_class`` is given, else ``"nsp"``.
-        nsp: the older spelling of ``pair_task``: ``True`` is ``"nsp"``, ``False`` is
-            ``None``; given with ``pair_task``, the two must agree.
+            full-sentence blocks, RoBERTa). ``"auto"`` (the default): ``model_class``'s
+            ``pair_objective`` when a ``model_class`` is given, else ``"nsp"``.
         nsp_unit: the unit of a pair (for NSP and SOP alike): A and B are single sentences
             (``"sentence"``) or segments of consecutive sentences (``"segment"``, as in the
             BERT and ALBERT papers; :func:`pretraining_examples`).
@@ -733,7 +710,7 @@ def pretrain_bert(
             (``"block"``, RoBERTa) or one sentence per row (``"sentence"``).
         causal: train the same network as a left-to-right language model instead
             (``BertLMHeadModel``, causal attention, next-token loss, no masking) on the
-            full-sentence blocks; needs ``nsp=False`` (``pair_task=None``). Held-out
+            full-sentence blocks; needs ``pair_task=None``. Held-out
             ``lm_loss``/``lm_accuracy``.
         direction: the order of the causal LM's product rule: ``"left_to_right"``
             (:math:`p(x_t | x_{<t})`) or ``"right_to_left"`` (:math:`p(x_t | x_{>t})`,
@@ -766,13 +743,11 @@ def pretrain_bert(
     require_positive(steps=steps, batch_size=batch_size)
     if max_len < 8:
         raise ValueError(f"max_len={max_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
-    if pair_task is _UNSET and nsp is None and model_class is not None:
-        pair_task = getattr(model_class, "pair_objective", None)  # the model's own pair task
-    pair_task = _resolve_pair_task(pair_task, nsp)
+    if pair_task == "auto":
+        pair_task = getattr(model_class, "pair_objective", None) if model_class is not None else "nsp"
+    pair_task = _check_pair_task(pair_task)
     if causal and pair_task is not None:
-        raise ValueError(
-            "causal=True trains a left-to-right LM on full-sentence blocks: pass nsp=False (pair_task=None)"
-        )
+        raise ValueError("causal=True trains a left-to-right LM on full-sentence blocks: pass pair_task=None")
     _check_row_unit(row_unit, pair_task)
     if direction not in CAUSAL_DIRECTIONS:
         raise ValueError(f"direction must be one of {CAUSAL_DIRECTIONS}, got {direction!r}")
@@ -806,7 +781,7 @@ def pretrain_bert(
             "another "
             f"document; in text files, blank lines separate documents), got {len(train_docs)}: add text or "
             "use "
-            "nsp=False (--no-nsp)"
+            "pair_task=None (--pair-task none)"
         )
     if tokenizer is None:
         tokenizer = train_tokenizer(train_docs, kind=tokenizer_kind, vocab_size=vocab_size)
@@ -893,34 +868,27 @@ def pretrain_bert(
         )
 
     def spec() -> dict[str, Any]:
-        key = dict(
+        # every option that decides the model, always (no conditional keys)
+        return dict(
             recipe="pretrain_bert",
+            architecture=model_class.__name__,
             config=config.to_dict(),
             steps=steps,
             batch_size=batch_size,
             lr=lr,
             masking=masking,
             static_copies=static_copies,
-            nsp=pair_task == "nsp",
+            pair_task=pair_task,
+            nsp_unit=nsp_unit,
+            row_unit=row_unit,
+            causal=causal,
+            direction=direction,
             max_len=max_len,
             mlm_probability=mlm_probability,
             seed=seed,
             eval_every=eval_every,
             **data_spec(train_docs, held_docs, tokenizer, init),
         )
-        if model_class is not default_class:  # (the default classes keep their old cache keys)
-            key["architecture"] = model_class.__name__
-        if pair_task not in ("nsp", None):  # (NSP and MLM-only runs keep their old keys: nsp=True/False)
-            key["pair_task"] = pair_task
-        if causal:
-            key["causal"] = True
-        if direction != "left_to_right":
-            key["direction"] = direction
-        if nsp_unit != "sentence":
-            key["nsp_unit"] = nsp_unit
-        if row_unit != "block":
-            key["row_unit"] = row_unit
-        return key
 
     history = train_cached(cache_name, model, spec, train)
     return PretrainedBert(model, tokenizer, history)

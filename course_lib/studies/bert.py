@@ -71,19 +71,23 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     config = bert_config("small", vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"])
     common = dict(tokenizer=tokenizer, heldout=held_docs, device=device, seed=seed, progress=False, **p)
     held = {
-        "pairs": pretraining_examples(held_docs, tokenizer, max_len=p["max_len"], nsp=True, seed=seed + 1),
-        "segments": pretraining_examples(
-            held_docs, tokenizer, max_len=p["max_len"], nsp=True, nsp_unit="segment", seed=seed + 1
+        "pairs": pretraining_examples(
+            held_docs, tokenizer, max_len=p["max_len"], pair_task="nsp", seed=seed + 1
         ),
-        "stream": pretraining_examples(held_docs, tokenizer, max_len=p["max_len"], nsp=False, seed=seed + 1),
+        "segments": pretraining_examples(
+            held_docs, tokenizer, max_len=p["max_len"], pair_task="nsp", nsp_unit="segment", seed=seed + 1
+        ),
+        "stream": pretraining_examples(
+            held_docs, tokenizer, max_len=p["max_len"], pair_task=None, seed=seed + 1
+        ),
     }
     models = {
-        "mlm_nsp": pretrain_bert(config, train_docs, masking="static", nsp=True, **common),
+        "mlm_nsp": pretrain_bert(config, train_docs, masking="static", pair_task="nsp", **common),
         "nsp_segments": pretrain_bert(
-            config, train_docs, masking="static", nsp=True, nsp_unit="segment", **common
+            config, train_docs, masking="static", pair_task="nsp", nsp_unit="segment", **common
         ),
-        "mlm_only": pretrain_bert(config, train_docs, masking="static", nsp=False, **common),
-        "causal": pretrain_bert(config, train_docs, nsp=False, causal=True, **common),
+        "mlm_only": pretrain_bert(config, train_docs, masking="static", pair_task=None, **common),
+        "causal": pretrain_bert(config, train_docs, pair_task=None, causal=True, **common),
     }
     out: dict[str, dict[str, Any]] = {}
     for name, (model, _, history) in models.items():
