@@ -415,10 +415,10 @@ def training_flops(
       targets per sequence). A content-stream layer is BERT's with the relative position
       term, :math:`(q + v)^\top W_r r` against :math:`2s` encodings, which makes :math:`4s^2h`
       multiply-adds of attention per sequence: :math:`C = 6N(4h^2 + 2hf) + 24\,b\,s^2h`. A
-      query-stream layer runs Q, O, the feed-forward network and the attention at the
-      :math:`P` targets only (course_lib attends from the targets' rows when ``target_mapping``
-      is one-hot; Hugging Face places the queries at all :math:`s` positions, extra work not
-      counted): :math:`Q = 6bP(2h^2 + 2hf) + 24\,bPsh`. Each layer also projects the
+      query-stream layer runs Q, O and the feed-forward network at the :math:`P` targets, the
+      same attention at all :math:`s` positions where ``target_mapping`` places the queries,
+      and the two products with ``target_mapping`` (a constant input, :math:`bPsh` each):
+      :math:`Q = 6bP(2h^2 + 2hf) + 24\,b\,s^2h + 8\,bPsh`. Each layer also projects the
       :math:`2s` sinusoids by :math:`W_r`, once per batch (a constant input): :math:`R = 8sh^2`.
       The loss reads the query stream only, so the last layer's content stream gets a
       backward pass only through K and V (which the query stream reads); its Q, O,
@@ -456,7 +456,7 @@ def training_flops(
         h, f, v, layers = config.d_model, config.d_inner, config.vocab_size, config.n_layer
         p = max(1, round(MASK_FRACTION * s)) if num_predict is None else num_predict
         content = 6 * n * (4 * h * h + 2 * h * f) + 24 * b * s * s * h
-        query = 6 * b * p * (2 * h * h + 2 * h * f) + 24 * b * p * s * h  # attention at the P targets
+        query = 6 * b * p * (2 * h * h + 2 * h * f) + 24 * b * s * s * h + 8 * b * p * s * h
         positions = 8 * s * h * h
         last_content = 12 * n * h * h + 2 * n * (2 * h * h + 2 * h * f) + 8 * b * s * s * h
         return layers * (query + positions) + (layers - 1) * content + last_content + 6 * b * p * h * v

@@ -338,27 +338,16 @@ class XLNetRelativeAttention(MultiHeadAttention):
         self.r_s_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # b: segment
         self.seg_embed = nn.Parameter(torch.zeros(2, n_heads, self.d_head))  # s+ (same), s- (different)
 
-    def score_bias(
-        self, q: Tensor, k_r: Tensor, seg_diff: Tensor | None, k_len: int, rows: Tensor | None = None
-    ) -> Tensor:
+    def score_bias(self, q: Tensor, k_r: Tensor, seg_diff: Tensor | None, k_len: int) -> Tensor:
         """The position and segment terms of the scores, scaled: ``[batch, heads, q_len, k_len]``.
 
         ``q``: ``[batch, heads, q_len, d_head]`` at positions ``0..q_len-1``; ``k_r``:
         ``[heads, k_len + q_len, d_head]``, the projected encodings of :func:`relative_distances`;
         ``seg_diff``: boolean ``[batch, q_len, k_len]``, True where the segments differ.
-        ``rows`` (``[batch, P]``): ``q`` holds only the queries at these positions (the query
-        stream at its targets); the result is then ``[batch, heads, P, k_len]``.
         """
         raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
-        if rows is None:
-            bias = rel_shift(raw, k_len)
-        else:  # rel_shift row by row: out[i, j] = raw[i, j + q_len - row_i]
-            q_len = raw.size(-1) - k_len
-            cols = torch.arange(k_len, device=raw.device) + q_len - rows[..., None]  # [b, P, k_len]
-            bias = raw.gather(-1, cols[:, None].expand(-1, raw.size(1), -1, -1))
+        bias = rel_shift(raw, k_len)
         if seg_diff is not None:
-            if rows is not None:
-                seg_diff = seg_diff.gather(1, rows[..., None].expand(-1, -1, seg_diff.size(-1)))
             seg = torch.einsum("bnid,snd->bnis", q + self.r_s_bias[:, None], self.seg_embed)
             bias = bias + torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1])
         return bias / self.d_head**0.5
@@ -372,14 +361,9 @@ class XLNetRelativeAttention(MultiHeadAttention):
         seg_diff: Tensor | None,
         mask: Tensor | None,
         return_weights: bool,
-        rows: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """softmax((q + u) k^T / sqrt(d_head) + position + segment) v, per head (before ``w_o``);
-        ``rows``: see :meth:`score_bias` (the mask is taken at those rows too)."""
-        bias = self.score_bias(q, k_r, seg_diff, k.size(-2), rows)
-        if rows is not None and mask is not None:
-            mask = mask.expand(q.size(0), -1, -1, -1)
-            mask = mask.gather(2, rows[:, None, :, None].expand(-1, mask.size(1), -1, mask.size(-1)))
+        """softmax((q + u) k^T / sqrt(d_head) + position + segment) v, per head (before ``w_o``)."""
+        bias = self.score_bias(q, k_r, seg_diff, k.size(-2))
         p = self.dropout if self.training else 0.0
         return attention(
             q + self.r_w_bias[:, None], k, v, mask, bias=bias, dropout_p=p, return_weights=return_weights
@@ -415,13 +399,6 @@ class XLNetRelativeAttention(MultiHeadAttention):
         if g is None:
             return out_h, None, w_h
         q_g = self.split_heads(self.w_q(g))  # [batch, heads, num_predict, d_head]
-        rows = _one_hot_rows(target_mapping) if target_mapping is not None and not return_weights else None
-        if rows is not None:
-            # each prediction's query attends from its position: the same as the mapping below
-            # when it is one-hot (as in pretraining), at num_predict rows instead of q_len
-            out_g, w_g = self.attend(q_g, k, v, k_r, seg_diff, mask_g, return_weights, rows)
-            out_g = self.w_o(self.merge_heads(out_g))
-            return out_h, out_g, None
         if target_mapping is not None:  # each prediction's query to its position
             target_mapping = target_mapping.to(q_g.dtype)
             q_g = torch.einsum("bnmd,bml->bnld", q_g, target_mapping)
@@ -430,15 +407,6 @@ class XLNetRelativeAttention(MultiHeadAttention):
             out_g = torch.einsum("bnld,bml->bnmd", out_g, target_mapping)
         out_g = self.w_o(self.merge_heads(out_g))
         return out_h, out_g, ((w_h, w_g) if return_weights else None)
-
-
-def _one_hot_rows(target_mapping: Tensor) -> Tensor | None:
-    """``[batch, num_predict]`` positions when every row of ``target_mapping`` is one-hot
-    (a single 1, zeros elsewhere), else None."""
-    ones = target_mapping == 1
-    if bool((ones.sum(-1) == 1).all()) and bool(((target_mapping == 0) | ones).all()):
-        return ones.to(torch.int32).argmax(-1)
-    return None
 
 
 class XLNetLayer(nn.Module):
