@@ -148,8 +148,7 @@ def _convert(path: Path, key: str, action: argparse.Action, value: Any) -> Any:
         try:
             value = action.type(text)
         except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
-            kind = getattr(action.type, "__name__", "value")
-            detail = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"not a valid {kind}"
+            detail = str(e).splitlines()[0] if str(e) else "not a valid value"
             raise ValueError(f"{path}: {key} = {value!r}: {detail} (as {flag} on the command line)") from None
     elif not isinstance(value, str):
         value = str(value)
