@@ -102,3 +102,9 @@ def test_cuda_without_a_gpu_names_the_option(tmp_path, capsys):
     assert main(["train", "bert", "--device", "cuda", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "--device cuda: torch sees no CUDA device" in err and "COURSE_DEVICE" not in err
+
+
+def test_a_batch_that_does_not_split_over_the_processes_is_refused_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train", "bert", "--batch-size", "15", "--out", str(tmp_path / "o")]) == 2
+    assert "--batch-size 15 does not split over 2 processes" in capsys.readouterr().err

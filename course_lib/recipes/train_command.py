@@ -148,8 +148,7 @@ def _convert(path: Path, key: str, action: argparse.Action, value: Any) -> Any:
         try:
             value = action.type(text)
         except (argparse.ArgumentTypeError, TypeError, ValueError) as e:
-            kind = getattr(action.type, "__name__", "value")
-            detail = str(e) if isinstance(e, argparse.ArgumentTypeError) else f"not a valid {kind}"
+            detail = str(e).splitlines()[0] if str(e) else "not a valid value"
             raise ValueError(f"{path}: {key} = {value!r}: {detail} (as {flag} on the command line)") from None
     elif not isinstance(value, str):
         value = str(value)
@@ -237,10 +236,17 @@ def _check_arguments(args: argparse.Namespace, objective: str) -> None:
     """One-line ``ValueError``s, before any data work, for what would fail later with a
     traceback: a device torch does not know or does not have, ``--out`` naming a file, a
     distillation teacher that is not a masked-LM BERT/ALBERT folder."""
+    import os
     import warnings
 
     import torch
 
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    batch = getattr(args, "batch_size", None)
+    if world > 1 and isinstance(batch, int) and batch % world:
+        raise ValueError(
+            f"--batch-size {batch} does not split over {world} processes: use a multiple of {world}"
+        )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; give a folder for the model")
