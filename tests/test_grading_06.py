@@ -13,7 +13,7 @@ import torch
 
 from course_lib.grading.format import load_assignment
 
-from grading_fixtures.chapters import Chapter, answer_sources, cell_source, tagged_cells
+from grading_fixtures.chapters import forbid_rule_tests, Chapter, answer_sources, cell_source, tagged_cells
 
 CHAPTER = Chapter("06_xlnet")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -465,28 +465,10 @@ COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a
 }
 
 
-def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
-    """The routes the held-out attacks found are forbidden, under every module path that holds
-    the same object (so a re-export cannot pass at home and fail in the grader); the released
-    notebook forbids the same list, and its introduction states the metadata's counts and points,
-    the rules and the grader's limits."""
-    from grading_fixtures.chapters import forbid_gaps
-
-    a = load_assignment(CHAPTER.solution)
-    assert set(MUST_FORBID) <= set(a.forbid)
-    assert forbid_gaps(a.forbid) == []
-    assert json.loads(CHAPTER.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
-    CHAPTER.assert_texts()
-
-
-@pytest.mark.parametrize("route", list(COURSE_LIB_ROUTES))
-def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
-    """An answer that calls a forbidden function fails its visible check at home too (in the
-    grader course_lib cannot be imported and the other names are turned off the same way)."""
-    cell, source, check = COURSE_LIB_ROUTES[route]
-    assert CHAPTER.home_verdicts({cell: source}, forbid=False)[check] is True, route  # the route works...
-    home = CHAPTER.home_verdicts({cell: source})
-    assert home[check] is False, (route, home)  # ...until its function is turned off
+(
+    test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata,
+    test_a_forbidden_route_fails_at_home_as_in_the_grader,
+) = forbid_rule_tests(CHAPTER, MUST_FORBID, COURSE_LIB_ROUTES)
 
 
 def test_reference_reach_matches_a_transformer_xl():

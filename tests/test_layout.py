@@ -40,6 +40,7 @@ LAYERS = {
     "cli": 6,
     "bench": 6,
     "export": 6,
+    "evaluate": 6,
     "grading": 6,
     "__init__": 6,
     "__main__": 6,

@@ -264,3 +264,50 @@ def forbid_gaps(forbid) -> list[str]:
             if id(value) in objects and value is objects[id(value)] and f"{name}.{attr}" not in listed:
                 problems.append(f"{name}.{attr}: an alias of a forbidden function that is not forbidden")
     return problems
+
+
+def forbid_rule_tests(chapter: Chapter, must_forbid, routes: dict, *, route_works=None):
+    """The two rule tests every chapter's grading module shares; assign them to ``test_`` names:
+
+        test_forbid_list, test_forbidden_route = forbid_rule_tests(CHAPTER, MUST_FORBID, ROUTES)
+
+    ``routes``: name -> (answer cell, an answer that hands the job to a forbidden function, its
+    visible check). ``route_works(route, source)`` checks that a route really does the job with
+    nothing forbidden (default: its visible check passes at home without the forbid cell).
+    """
+    import pytest
+
+    from course_lib.grading.format import load_assignment
+
+    def test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata():
+        """The routes the held-out attacks found are forbidden, under every module path that holds
+        the same object (so a re-export cannot pass at home and fail in the grader); the released
+        notebook forbids the same list, and its introduction states the metadata's counts and
+        points, the rules and the grader's limits."""
+        a = load_assignment(chapter.solution)
+        assert set(must_forbid) <= set(a.forbid)
+        assert forbid_gaps(a.forbid) == []
+        assert json.loads(chapter.exercise.read_text())["metadata"]["course"]["forbid"] == list(a.forbid)
+        chapter.assert_texts()
+
+    @pytest.mark.parametrize("route", list(routes))
+    def test_a_forbidden_route_fails_at_home_as_in_the_grader(route):
+        """An answer that calls a forbidden function fails its visible check at home too (in the
+        grader course_lib cannot be imported and the other names are turned off the same way)."""
+        cell, source, check = routes[route]
+        if route_works is None:  # the route works (nothing forbidden, course_lib use not flagged)...
+            from unittest import mock
+
+            import course_lib.grading.checks as checks
+
+            with mock.patch.object(checks, "course_lib_use", lambda fn, _seen=None: None):
+                assert chapter.home_verdicts({cell: source}, forbid=False)[check] is True, route
+        else:
+            route_works(route, source)
+        home = chapter.home_verdicts({cell: source})
+        assert home[check] is False, (route, home)  # ...until its function is turned off
+
+    return (
+        test_forbid_list_covers_every_alias_and_the_texts_follow_the_metadata,
+        test_a_forbidden_route_fails_at_home_as_in_the_grader,
+    )
