@@ -590,7 +590,6 @@ def fit(
     eval_fn: Callable[[nn.Module], Mapping[str, float]] | None = None,
     eval_every: int | None = None,
     history: History | None = None,
-    mixed_precision: bool = True,
     progress: bool | None = None,
     desc: str = "training",
     accumulate: int | None = None,
@@ -613,7 +612,6 @@ def fit(
             (cosine by default, or linear, or constant) to ``min_lr_ratio * lr``.
         eval_fn: called as ``eval_fn(model)`` in eval mode under ``torch.no_grad`` every
             ``eval_every`` steps and at the end; returns a dict of numbers.
-        mixed_precision: ``False`` turns the ``"auto"`` precision off (float32 everywhere).
         accumulate, precision, schedule: see the module docstring; ``None`` takes the
             enclosing :func:`training_run`'s value (1, ``"auto"``, ``"cosine"`` outside one).
         checkpoint: a folder for this run's training state (``None``: the enclosing
@@ -854,7 +852,7 @@ def fit(
                 try:
                     step_token = _STEP.set(i)
                     try:
-                        with _precision_context(device, precision, mixed_precision):
+                        with _precision_context(device, precision):
                             out = compute_loss(batch, sync=micro == accumulate - 1)
                     finally:
                         _STEP.reset(step_token)
@@ -957,9 +955,9 @@ def _keep_copy(state_file: Path, previous: int, keep: int) -> None:
 _SYNC_EVERY: dict[str, int] = {"cpu": 1}
 
 
-def _precision_context(device: torch.device, precision: str, mixed_precision: bool):
+def _precision_context(device: torch.device, precision: str):
     if precision == "auto":
-        return autocast(device, enabled=mixed_precision)
+        return autocast(device)
     if precision == "fp32":
         return autocast(device, enabled=False)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
