@@ -437,3 +437,29 @@ def test_forward_checks_inputs_in_one_function():
         check_inputs(c, ids, token_type_ids=torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="position ids"):
         BertModel(c)(ids, position_ids=torch.full_like(ids, -1))
+
+
+def test_torch_compile_sees_one_graph_with_padding_and_without():
+    """`course train --compile`: no data-dependent branch breaks the graph (fullgraph=True
+    raises on a break), and the compiled model computes what the eager one does."""
+    from course_lib.models.bert import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+    )
+    model = BertForMaskedLM(config).eval()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    ids = torch.randint(5, 100, (2, 10))
+    padded = torch.ones_like(ids)
+    padded[1, 7:] = 0
+    for mask in (padded, torch.ones_like(ids)):
+        torch.testing.assert_close(
+            compiled(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits
+        )
+    torch._dynamo.reset()

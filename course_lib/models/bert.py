@@ -196,6 +196,8 @@ def check_inputs(
                 f"{name} must have the shape of input_ids {tuple(input_ids.shape)}{extra}, "
                 f"got {tuple(t.shape)}"
             )
+    if torch.compiler.is_compiling():
+        return  # the range checks read values back (a graph break); compiled code checks shapes only
     limits = [("input_ids", input_ids, "vocab_size", c.vocab_size)]
     if token_type_ids is not None:
         limits.append(("token_type_ids", token_type_ids, "type_vocab_size", c.type_vocab_size))
@@ -411,8 +413,12 @@ class BertModel(HFBody, nn.Module):
     def attention_mask_to_mask(self, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor | None:
         """HF's ``[batch, seq]`` 1/0 mask -> the course's boolean ``[batch, 1, 1, seq]``
         (None when all ones)."""
-        if attention_mask is None or bool(attention_mask.all()):
-            return None  # nothing to hide: let SDPA run unmasked
+        if attention_mask is None:
+            return None
+        # nothing to hide: let SDPA run unmasked (a data-dependent branch: not under torch.compile,
+        # where the mask is simply kept, so the graph does not break)
+        if not torch.compiler.is_compiling() and bool(attention_mask.all()):
+            return None
         return padding_mask(attention_mask)
 
     def forward(

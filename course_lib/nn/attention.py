@@ -188,7 +188,8 @@ def attention_fast(
     empty_rows = None
     if mask is not None:
         has_key = mask.any(dim=-1, keepdim=True)
-        if not bool(has_key.all()):
+        # (under torch.compile always take this path: no data-dependent branch, no graph break)
+        if torch.compiler.is_compiling() or not bool(has_key.all()):
             # SDPA returns NaN (GPU) or zeros (CPU) for fully masked rows; make it zeros
             # everywhere: let those rows attend freely, then zero their output.
             empty_rows = ~has_key
