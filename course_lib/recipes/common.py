@@ -277,7 +277,10 @@ class TrainingOptions:
             help=f"{self.batch_unit} per step (default {self.batch_size})",
         )
         p.add_argument(
-            "--lr", type=positive(float), default=None, help="peak learning rate (default depends on --size)"
+            "--lr",
+            type=positive(float),
+            default=None,
+            help="peak learning rate" + (" (default depends on --size)" if self.sizes is not None else ""),
         )
         if self.max_len is not None:
             p.add_argument(
@@ -371,7 +374,13 @@ def run_recipe(
         note = heldout_note(evals) if heldout_note is not None else ""
         print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()) + note)
     else:
-        print(f"held-out: none (too little text to hold {held_back} back)")
+        why = (
+            "every 20th document is held out and both sides need at least two: in text files blank "
+            "lines separate documents"
+            if held_back == "documents"
+            else f"too few {held_back} to hold some back"
+        )
+        print(f"held-out: none ({why})")
     print(f"saved to {Path(args.out).resolve()} (load with {loader})")
     return 0
 

@@ -461,7 +461,7 @@ def distill(
                     eval_every=eval_every,
                     history=history,
                     progress=progress,
-                    desc=f"{method}: {stage}",
+                    desc=method if stage == method else f"{method}: {stage}",
                 )
             finally:
                 for name, p in r.named_parameters():
