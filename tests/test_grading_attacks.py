@@ -345,7 +345,9 @@ def test_arguments_changed_in_place_are_seen_by_the_checks(batch):
     got = checks_of(batch, "mutates")
     assert got["masking-basics"] is False and got["packing-small"] is False
     msgs = {c["id"]: c["message"] for c in report_of(batch, "mutates")["checks"]}
-    assert "must not be modified" in msgs["masking-basics"] and "must not be modified" in msgs["packing-small"]
+    assert "must not be modified" in msgs["masking-basics"]
+    # a list shortened in place: the grader stops it before the check's code works on it
+    assert "changed the shape, dtype, length or type of its argument 1 in place (from list of 6 to list of 3)" in msgs["packing-small"]
 
 
 def test_integer_results_are_not_cast_to_the_students_dtype(batch):
