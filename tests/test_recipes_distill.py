@@ -453,7 +453,7 @@ def test_distill_pretrained_logs_heldout_mlm_accuracy(method, mlm_teacher, docum
     assert all(0.0 <= a <= 1.0 for a in d.history.evals["mlm_accuracy"])
     assert set(d.history.evals) == {"mlm_accuracy", "mlm_loss"}
     # TinyBERT's first stage reads unmasked text (no labels), the later stage masked text
-    last = "tinybert: prediction" if method == "tinybert" else "kd"  # (a one-stage method: its name, not "kd: kd")
+    last = "tinybert: prediction" if method == "tinybert" else "kd"
     assert seen == [("tinybert: intermediate", False)] * first + [(last, True)] * 4
     if method == "tinybert":
         assert len(d.history.metrics["attention"]) == 3 and len(d.history.metrics["soft"]) == 4
