@@ -63,6 +63,7 @@ book: $(STAMP)
 # are done; make test fails if either fails.
 test: $(STAMP) system-deps
 	$(BIN)/ruff check course_lib tests benchmarks
+	$(BIN)/ruff format --check course_lib tests benchmarks
 	@mkdir -p _build; \
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests/test_book.py -p no:cacheprovider --durations=5 \
 	  > _build/test-book.log 2>&1 & book=$$!; trap 'kill $$book 2>/dev/null' INT TERM; \

@@ -16,7 +16,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
 
 def median_times(fns, repeats: int) -> list[float]:

@@ -67,7 +67,8 @@ def run_one(chapter: Path, setting: tuple[str, ...]) -> tuple[str, str, float, s
         ATEN_CPU_CAPABILITY=capability,
         OMP_NUM_THREADS=threads,
         MKL_NUM_THREADS=threads,
-        OMP_WAIT_POLICY="PASSIVE",  # idle threads sleep instead of spinning: same sums, no waste on a busy machine
+        # idle threads sleep instead of spinning: the same sums, no waste on a busy machine
+        OMP_WAIT_POLICY="PASSIVE",
         COURSE_SEED_OFFSET=offset,
         COURSE_CACHE=str(OUT / f"cache-{name}"),
         COURSE_CLAIMS_LOG=str(log),

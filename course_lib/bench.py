@@ -75,14 +75,14 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-from torch import Tensor, nn  # noqa: E402
+import torch
+from torch import Tensor, nn
 
-from .checkpoints import atomic_write_text  # noqa: E402
-from .device import describe_device, get_device  # noqa: E402
-from .models.albert import AlbertConfig, AlbertForPreTraining  # noqa: E402
-from .models.bert import BertConfig, BertForPreTraining  # noqa: E402
-from .models.xlnet import XLNetConfig, XLNetLMHeadModel  # noqa: E402
+from .checkpoints import atomic_write_text
+from .device import describe_device, get_device
+from .models.albert import AlbertConfig, AlbertForPreTraining
+from .models.bert import BertConfig, BertForPreTraining
+from .models.xlnet import XLNetConfig, XLNetLMHeadModel
 
 __all__ = [
     "MODELS",

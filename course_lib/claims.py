@@ -188,8 +188,10 @@ class ClaimNotice:
         return (
             '<div class="course-claim-notice" style="border-left:4px solid #d98c00;background:#fff8e6;'
             'padding:0.5em 1em;margin:0.5em 0;color:#222">'
-            f"<b>Note: on this machine the chapter's claim &ldquo;{escape(self.statement)}&rdquo; does not hold.</b>"
-            f"<br>Measured here: <code>{self.value:.6g}</code>; the chapter's band: <code>{escape(self.band)}</code>."
+            "<b>Note: on this machine the chapter's claim "
+            f"&ldquo;{escape(self.statement)}&rdquo; does not hold.</b>"
+            f"<br>Measured here: <code>{self.value:.6g}</code>; "
+            f"the chapter's band: <code>{escape(self.band)}</code>."
             f"<br>Band from: {escape(self.evidence)} (CPU float32; <code>benchmarks/claim_bands.md</code>)."
             f"<br>This machine: {escape(self._machine())}.<br>What may differ here:<ul>{items}</ul>"
             "The chapter goes on; the sentence of the prose that rests on this number may not hold for "

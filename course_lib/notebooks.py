@@ -77,7 +77,9 @@ def setup_cell_source(url: str | None = None) -> str:
 
 def is_checked(cell) -> bool:
     tags = cell.get("metadata", {}).get("tags", [])
-    return cell.get("cell_type") == "code" and (CHECK_TAG in tags or "NBVAL_CHECK_OUTPUT" in cell.get("source", ""))
+    return cell.get("cell_type") == "code" and (
+        CHECK_TAG in tags or "NBVAL_CHECK_OUTPUT" in cell.get("source", "")
+    )
 
 
 def strip_unchecked_outputs(nb) -> None:
@@ -107,7 +109,9 @@ def execute_notebook(path: Path, *, timeout: int = 900):
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     os.environ.setdefault("COURSE_STRICT_CLAIMS", "1")  # a failed claim is an error here, not a notice
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        ).execute()
     finally:
         if env_backup is None:
             os.environ.pop("PYDEVD_DISABLE_FILE_VALIDATION", None)
@@ -167,7 +171,8 @@ def compare_executed(source, executed) -> list[str]:
     if [c.source for c in code] != [c.source for c in done]:
         return ["the executed copy is of other code than the notebook (rebuild the book)"]
     for number, (cell, ran) in enumerate(zip(code, done), start=1):
-        where = f"code cell {number} ({cell.source.strip().splitlines()[0][:60] if cell.source.strip() else 'empty'})"
+        first_line = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else "empty"
+        where = f"code cell {number} ({first_line})"
         errors = [o for o in ran.get("outputs", []) if o.get("output_type") == "error"]
         if errors:
             problems.append(f"{where} raised {errors[0].get('ename')}: {errors[0].get('evalue')}")
@@ -200,7 +205,10 @@ def check_notebook(path: Path | str, url: str | None = None) -> list[str]:
     problems = []
     code = [c for c in nb.cells if c.cell_type == "code"]
     if not code or code[0].source.strip() != setup_cell_source(url).strip():
-        problems.append(f"{path.name}: the first code cell must be the set-up cell (course_lib.notebooks.setup_cell_source())")
+        problems.append(
+            f"{path.name}: the first code cell must be the set-up cell "
+            "(course_lib.notebooks.setup_cell_source())"
+        )
     for i, cell in enumerate(code):
         if not is_checked(cell) and (cell.outputs or cell.execution_count is not None):
             problems.append(f"{path.name}: code cell {i} stores outputs but is not tagged {CHECK_TAG!r}")
@@ -251,12 +259,16 @@ def check_chapter(path: Path | str, url: str | None = None) -> list[str]:
         if cell.cell_type == "markdown":
             typed = [n for n in prose_numbers(cell.source) if n not in allowed]
             if typed:
-                problems.append(f"{path.name}: markdown cell {i} types measured-looking numbers by hand: "
-                                f"{', '.join(typed[:6])} (glue them from the run, or list paper figures in "
-                                "metadata.course.paper_figures)")
+                problems.append(
+                    f"{path.name}: markdown cell {i} types measured-looking numbers by hand: "
+                    f"{', '.join(typed[:6])} (glue them from the run, or list paper figures in "
+                    "metadata.course.paper_figures)"
+                )
             for key in _GLUE_REF.findall(cell.source):
                 if key not in glued:
-                    problems.append(f"{path.name}: markdown cell {i} uses {{glue}} {key!r}, which no code cell glues")
+                    problems.append(
+                        f"{path.name}: markdown cell {i} uses {{glue}} {key!r}, which no code cell glues"
+                    )
             continue
         if cell.cell_type != "code":
             continue
@@ -264,16 +276,22 @@ def check_chapter(path: Path | str, url: str | None = None) -> list[str]:
         if re.search(r"\bclaim\(", cell.source):
             n_claims += len(re.findall(r"\bclaim\(", cell.source))
             if CLAIM_TAG not in tags:
-                problems.append(f"{path.name}: code cell {code_index} makes claims but is not tagged {CLAIM_TAG!r}")
+                problems.append(
+                    f"{path.name}: code cell {code_index} makes claims but is not tagged {CLAIM_TAG!r}"
+                )
             if is_checked(cell):
-                problems.append(f"{path.name}: code cell {code_index} makes claims and is also output-checked")
+                problems.append(
+                    f"{path.name}: code cell {code_index} makes claims and is also output-checked"
+                )
         if is_checked(cell) and DETERMINISTIC_TAG not in tags:
             text = "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs)
             found = _OUTPUT_DECIMAL.findall(text)
             if found:
-                problems.append(f"{path.name}: code cell {code_index} is output-checked and prints decimals "
-                                f"({', '.join(found[:4])}): tag it {DETERMINISTIC_TAG!r} if they are identical on "
-                                "every machine, else stop checking its output and assert a claim instead")
+                problems.append(
+                    f"{path.name}: code cell {code_index} is output-checked and prints decimals "
+                    f"({', '.join(found[:4])}): tag it {DETERMINISTIC_TAG!r} if they are identical on "
+                    "every machine, else stop checking its output and assert a claim instead"
+                )
     if n_claims == 0:
         problems.append(f"{path.name}: no claim(...) checks what the chapter measures")
     return problems
@@ -287,7 +305,9 @@ def course_notebooks(root: Path | None = None) -> list[Path]:
     return sorted(p for d in ("book", "solutions", "exercises") for p in (top / d).glob("*.ipynb"))
 
 
-def rewrite_setup_cells(paths: list[Path] | None = None, url: str | None = None, *, dry_run: bool = False) -> tuple[list[Path], list[str]]:
+def rewrite_setup_cells(
+    paths: list[Path] | None = None, url: str | None = None, *, dry_run: bool = False
+) -> tuple[list[Path], list[str]]:
     """Set every notebook's set-up cell (its first code cell, which starts ``# Set-up:``) to
     :func:`setup_cell_source` for ``url`` (default: ``_config.yml``'s repository URL).
     Returns ``(changed files, problems)``; nothing else in a file changes (the JSON is written
@@ -306,9 +326,15 @@ def rewrite_setup_cells(paths: list[Path] | None = None, url: str | None = None,
             problems.append(f"{path}: cannot read the notebook ({exc})")
             continue
         code = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
-        first = "".join(code[0]["source"]) if code and isinstance(code[0].get("source"), list) else (code[0].get("source", "") if code else "")
+        first = (
+            "".join(code[0]["source"])
+            if code and isinstance(code[0].get("source"), list)
+            else (code[0].get("source", "") if code else "")
+        )
         if not code or not first.lstrip().startswith("# Set-up:"):
-            problems.append(f"{path}: its first code cell is not a set-up cell (it must start with '# Set-up:')")
+            problems.append(
+                f"{path}: its first code cell is not a set-up cell (it must start with '# Set-up:')"
+            )
             continue
         if first == source:
             continue
@@ -353,13 +379,20 @@ def register(sub) -> None:
     p = sub.add_parser(
         "notebooks",
         help="refresh or check the stored outputs of chapter notebooks; rewrite their set-up cells",
-        description="refresh/check PATH...: the stored outputs and rules of notebooks. setup [PATH...]: rewrite the "
-        "set-up (Colab install) cell of every chapter, solution and exercise notebook (or of PATH...) from "
+        description="refresh/check PATH...: the stored outputs and rules of notebooks. setup [PATH...]: "
+        "rewrite the set-up (Colab install) cell of every chapter, solution and exercise notebook "
+        "(or of PATH...) from "
         "_config.yml's repository url (or --url); with --check, only report which are out of date.",
     )
     p.add_argument("action", choices=["refresh", "check", "setup"])
     p.add_argument("paths", nargs="*", type=Path)
-    p.add_argument("--chapter", action="store_true", help="also apply the chapter rules (claims, glued numbers)")
-    p.add_argument("--url", help="setup: the repository URL to install from (default: _config.yml's repository url)")
-    p.add_argument("--check", action="store_true", help="setup: change nothing, exit 1 if a set-up cell is out of date")
+    p.add_argument(
+        "--chapter", action="store_true", help="also apply the chapter rules (claims, glued numbers)"
+    )
+    p.add_argument(
+        "--url", help="setup: the repository URL to install from (default: _config.yml's repository url)"
+    )
+    p.add_argument(
+        "--check", action="store_true", help="setup: change nothing, exit 1 if a set-up cell is out of date"
+    )
     p.set_defaults(func=_cmd)

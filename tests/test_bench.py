@@ -17,8 +17,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from course_lib import bench  # noqa: E402
-from course_lib.bench import (  # noqa: E402
+from course_lib import bench
+from course_lib.bench import (
     MODELS,
     BenchShape,
     ParityError,
@@ -30,7 +30,7 @@ from course_lib.bench import (  # noqa: E402
     time_interleaved,
     training_flops,
 )
-from course_lib.models.bert import BertConfig, BertForPreTraining  # noqa: E402
+from course_lib.models.bert import BertConfig, BertForPreTraining
 
 TINY = BenchShape(batch=2, seq=16, layers=2, hidden=32, heads=4, vocab=100)
 TINY_ARGS = ["--batch", "2", "--seq", "16", "--layers", "2", "--hidden", "32", "--heads", "4"]

@@ -170,9 +170,7 @@ def test_the_fingerprint_follows_training_code_only(tmp_path, monkeypatch):
     assert ck.source_fingerprint() == base
     bert = (copy / "models" / "bert.py").read_text()
     # a comment, a docstring or an import in a model computes nothing new: the cache stays
-    (copy / "models" / "bert.py").write_text(
-        bert.replace('"""', '"""Edited. ', 1) + "\nimport os  # note\n"
-    )
+    (copy / "models" / "bert.py").write_text(bert.replace('"""', '"""Edited. ', 1) + "\nimport os  # note\n")
     ck._file_code.cache_clear()
     assert ck.source_fingerprint() == base
     # a changed computation does not

@@ -352,9 +352,7 @@ def test_lstm_bias_and_forget_gate_init():
         assert cell.bias_ih_l0.detach()[:32].abs().sum() == 0
 
 
-@pytest.mark.parametrize(
-    "name, expected", [("original", 93_600_864), ("small", 13_593_312)]
-)
+@pytest.mark.parametrize("name, expected", [("original", 93_600_864), ("small", 13_593_312)])
 def test_parameter_counts_match_allennlp(name, expected):
     """allennlp reports 93.6M / 28.0M / 13.6M: the char CNN + biLM, without the softmax."""
     with torch.device("meta"):

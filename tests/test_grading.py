@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from grading_fixtures.chapters import ROOT, Chapter, cell_source, tagged_cells
 
 from course_lib.cli import main as course_main
 from course_lib.grading.compare import compare_values
@@ -25,8 +26,6 @@ from course_lib.grading.sandbox import choose_mode
 from course_lib.grading.sandbox_worker import encode
 from course_lib.grading.wire import ProtocolError, parse_response, to_python
 from course_lib.notebooks import check_notebook
-
-from grading_fixtures.chapters import ROOT, Chapter, cell_source, tagged_cells
 
 CHAPTER = Chapter("02_transformer")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -86,11 +85,20 @@ def test_release_check_accepts_other_kernels_last_digits_only():
     values = torch.linspace(-2.0, 2.0, 50)
 
     def notebook(tensor):
-        record = {"check": "c", "atol": 1e-4, "rtol": 1e-4, "functions": ["f"],
-                  "calls": {"k": {"value": encode(tensor)}}}
+        record = {
+            "check": "c",
+            "atol": 1e-4,
+            "rtol": 1e-4,
+            "functions": ["f"],
+            "calls": {"k": {"value": encode(tensor)}},
+        }
         blob = pack(record)
-        lines = "".join(f"    '{blob[i:i + 60]}'\n" for i in range(0, len(blob), 60))
-        cell = {"cell_type": "code", "metadata": {}, "source": f"with visible_check('c', expected=(\n{lines})):\n    pass"}
+        lines = "".join(f"    '{blob[i : i + 60]}'\n" for i in range(0, len(blob), 60))
+        cell = {
+            "cell_type": "code",
+            "metadata": {},
+            "source": f"with visible_check('c', expected=(\n{lines})):\n    pass",
+        }
         return json.dumps({"cells": [cell]})
 
     base = notebook(values)
@@ -108,7 +116,11 @@ def test_released_notebook_holds_no_solution():
             if len(line.strip()) > 20 and line.strip() not in visible:
                 assert line.strip() not in released, line
     for cell in tagged_cells(sol, "answer"):
-        body = [ln.strip() for ln in cell_source(cell).splitlines() if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))]
+        body = [
+            ln.strip()
+            for ln in cell_source(cell).splitlines()
+            if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))
+        ]
         for line in body:
             assert line not in released, f"solution line released: {line}"
     assert not tagged_cells(ex, "hidden-check") and not tagged_cells(ex, "solution-only")
@@ -131,7 +143,13 @@ def test_stubs_keep_signatures_and_raise():
     for cell in stubs:
         assert cell["metadata"]["course"]["answer"] == cell["id"]
         exec(cell_source(cell), stub_ns)
-    for name in ["causal_mask", "sinusoidal_encoding", "scaled_dot_product_attention", "split_heads", "merge_heads"]:
+    for name in [
+        "causal_mask",
+        "sinusoidal_encoding",
+        "scaled_dot_product_attention",
+        "split_heads",
+        "merge_heads",
+    ]:
         assert inspect.signature(stub_ns[name]) == inspect.signature(ref_ns[name])
         assert stub_ns[name].__doc__ == ref_ns[name].__doc__
         args = [torch.ones(2, 3, 4)] * len(inspect.signature(stub_ns[name]).parameters)
@@ -177,7 +195,9 @@ def test_reference_answers_agree_with_course_lib():
     for length, key_length in [(1, 1), (5, 5), (3, 8)]:
         assert torch.equal(ns["causal_mask"](length, key_length), causal_mask(length, key_length=key_length))
     for max_len, d_model in [(1, 2), (37, 10), (200, 64)]:
-        torch.testing.assert_close(ns["sinusoidal_encoding"](max_len, d_model), sinusoidal_table(max_len, d_model))
+        torch.testing.assert_close(
+            ns["sinusoidal_encoding"](max_len, d_model), sinusoidal_table(max_len, d_model)
+        )
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
     mask = torch.rand(2, 1, 5, 7) < 0.5
     mask[0, 0, 2] = False  # a fully masked row
@@ -243,25 +263,67 @@ def _delete(*cids):
 
 
 BROKEN = {
-    "exercise without points": (_set("ex-causal-mask", "points", None), "exercise 'causal-mask' course.points must be a number"),
+    "exercise without points": (
+        _set("ex-causal-mask", "points", None),
+        "exercise 'causal-mask' course.points must be a number",
+    ),
     "check without id": (_set("causal-mask-check", "id", None), "check needs metadata course.id"),
-    "check without points": (_set("causal-mask-check", "points", None), "check 'causal-mask-small' course.points must be a number"),
-    "duplicate check id": (_set("causal-mask-hidden", "id", "causal-mask-small"), "duplicate check id 'causal-mask-small'"),
+    "check without points": (
+        _set("causal-mask-check", "points", None),
+        "check 'causal-mask-small' course.points must be a number",
+    ),
+    "duplicate check id": (
+        _set("causal-mask-hidden", "id", "causal-mask-small"),
+        "duplicate check id 'causal-mask-small'",
+    ),
     "duplicate exercise id": (_set("ex-heads", "id", "attention"), "duplicate exercise id 'attention'"),
-    "hidden check before any exercise": (_move_first("causal-mask-hidden"), "hidden-check cell before any exercise header"),
+    "hidden check before any exercise": (
+        _move_first("causal-mask-hidden"),
+        "hidden-check cell before any exercise header",
+    ),
     "exercise without answer": (_delete("heads-answer"), "exercise 'heads': has no answer cell"),
     "exercise without checks": (_delete("heads-check", "heads-hidden"), "exercise 'heads': has no checks"),
-    "points do not add up": (_set("heads-hidden", "points", 3), "its checks' points add up to 4, but the exercise is worth 2"),
-    "misspelt tag": (_tags("heads-hidden", ["hiden-check"]), "unknown tag 'hiden-check'; did you mean 'hidden-check'?"),
+    "points do not add up": (
+        _set("heads-hidden", "points", 3),
+        "its checks' points add up to 4, but the exercise is worth 2",
+    ),
+    "misspelt tag": (
+        _tags("heads-hidden", ["hiden-check"]),
+        "unknown tag 'hiden-check'; did you mean 'hidden-check'?",
+    ),
     "two roles": (_tags("heads-hidden", ["check", "hidden-check"]), "a cell has one role"),
-    "class in answer": (_source("heads-answer", "class Heads:\n    pass\n\ndef split_heads(x, n):\n    return x\n\ndef merge_heads(x):\n    return x"), "answer defines class(es) ['Heads']"),
-    "answer without function": (_source("heads-answer", "x = 1"), "answer cell defines no public top-level function"),
-    "answer imports course_lib": (_source("causal-mask-answer", "from course_lib.nn import causal_mask"), "the reference answer imports course_lib"),
-    "check uses undefined name": (_source("heads-check", "assert split_heads(y, 2) is not None"), "uses ['y'], which it does not define"),
-    "check calls nothing": (_source("heads-check", "assert torch.ones(1) is not None"), "calls none of its exercise's functions"),
+    "class in answer": (
+        _source(
+            "heads-answer",
+            "class Heads:\n    pass\n\ndef split_heads(x, n):\n    return x\n\ndef merge_heads(x):\n    return x",
+        ),
+        "answer defines class(es) ['Heads']",
+    ),
+    "answer without function": (
+        _source("heads-answer", "x = 1"),
+        "answer cell defines no public top-level function",
+    ),
+    "answer imports course_lib": (
+        _source("causal-mask-answer", "from course_lib.nn import causal_mask"),
+        "the reference answer imports course_lib",
+    ),
+    "check uses undefined name": (
+        _source("heads-check", "assert split_heads(y, 2) is not None"),
+        "uses ['y'], which it does not define",
+    ),
+    "check calls nothing": (
+        _source("heads-check", "assert torch.ones(1) is not None"),
+        "calls none of its exercise's functions",
+    ),
     "answer does not parse": (_source("heads-answer", "def split_heads(x:\n"), "answer cell does not parse"),
-    "no assignment metadata": (lambda nb: nb["metadata"].pop("course"), "the notebook metadata has no 'course' entry"),
-    "wrong assignment name": (lambda nb: nb["metadata"]["course"].update(assignment="03_bert"), "metadata course.assignment is '03_bert'"),
+    "no assignment metadata": (
+        lambda nb: nb["metadata"].pop("course"),
+        "the notebook metadata has no 'course' entry",
+    ),
+    "wrong assignment name": (
+        lambda nb: nb["metadata"]["course"].update(assignment="03_bert"),
+        "metadata course.assignment is '03_bert'",
+    ),
     "no set-up cell": (_delete("setup"), "the first code cell must be the set-up cell"),
     "visible check draws with randn": (
         _source("heads-check", "x = torch.randn(2, 3, 12)\nassert split_heads(x, 4).shape == (2, 4, 3, 3)"),
@@ -282,7 +344,9 @@ def test_release_cli_prints_every_problem(tmp_path, capsys):
     nb = _mutate(_set("heads-hidden", "points", 3))
     _set("causal-mask-check", "id", None)(nb)
     (tmp_path / "02_transformer.ipynb").write_text(json.dumps(nb))
-    code = course_main(["release", "02_transformer", "--solutions", str(tmp_path), "--exercises", str(tmp_path / "out")])
+    code = course_main(
+        ["release", "02_transformer", "--solutions", str(tmp_path), "--exercises", str(tmp_path / "out")]
+    )
     err = capsys.readouterr().err
     assert code == 1 and "2 problem(s)" in err and "course.id" in err and "add up to 4" in err
     assert not (tmp_path / "out").exists()
@@ -311,12 +375,20 @@ def _resp(obj) -> bytes:
 
 
 def test_wire_round_trip():
-    value = (torch.randn(2, 3), torch.tensor([True, False]), torch.arange(4, dtype=torch.int32), [1, 2.5, None, "s"], {"a": math.nan})
+    value = (
+        torch.randn(2, 3),
+        torch.tensor([True, False]),
+        torch.arange(4, dtype=torch.int32),
+        [1, 2.5, None, "s"],
+        {"a": math.nan},
+    )
     resp = parse_response(_resp({"id": 3, "ok": True, "value": encode(value)}), 3)
     back = to_python(resp["value"])
     assert isinstance(back, tuple) and torch.equal(back[0], value[0]) and torch.equal(back[1], value[1])
     assert back[2].dtype == torch.int32 and back[3] == [1, 2.5, None, "s"] and math.isnan(back[4]["a"])
-    empty = to_python(parse_response(_resp({"id": 0, "ok": True, "value": encode(torch.zeros(0, 3))}), 0)["value"])
+    empty = to_python(
+        parse_response(_resp({"id": 0, "ok": True, "value": encode(torch.zeros(0, 3))}), 0)["value"]
+    )
     assert empty.shape == (0, 3)
 
 
@@ -329,10 +401,20 @@ def test_wire_round_trip():
         (b'{"id": 1, "ok": true}', "does not match the schema"),
         (b'{"id": 1, "ok": true, "value": {"t": "pickle", "v": "gASV"}}', "does not match the schema"),
         (b'{"id": 1, "ok": true, "value": {"t": "float", "v": NaN}}', "not valid JSON"),
-        (b'{"id": 1, "ok": true, "value": ' + b'{"t": "list", "items": [' * 200 + b'{"t": "none"}' + b"]}" * 200 + b"}", "nested too deeply"),
+        (
+            b'{"id": 1, "ok": true, "value": '
+            + b'{"t": "list", "items": [' * 200
+            + b'{"t": "none"}'
+            + b"]}" * 200
+            + b"}",
+            "nested too deeply",
+        ),
         (b"[" * 100_000 + b"]" * 100_000, "too many values"),
         (b"[" * 1000 + b"]" * 1000, "not valid JSON"),
-        (b'{"id": 1, "ok": false, "error": {"type": "E", "mro": [], "message": "' + b"x" * 30000 + b'"}}', "does not match the schema"),
+        (
+            b'{"id": 1, "ok": false, "error": {"type": "E", "mro": [], "message": "' + b"x" * 30000 + b'"}}',
+            "does not match the schema",
+        ),
     ],
 )
 def test_wire_rejects_bad_responses(line, reason):
@@ -363,7 +445,14 @@ def test_wire_carries_requires_grad():
     leaf = torch.randn(2, 3).requires_grad_()
     attached = (leaf * 2)[1]  # a result computed from it: not a leaf, still in the graph
     plain, ints = torch.randn(4), torch.arange(3)
-    value = (leaf, attached, plain, ints, torch.zeros(0, 2, requires_grad=True), torch.ones(2, dtype=torch.bfloat16, requires_grad=True))
+    value = (
+        leaf,
+        attached,
+        plain,
+        ints,
+        torch.zeros(0, 2, requires_grad=True),
+        torch.ones(2, dtype=torch.bfloat16, requires_grad=True),
+    )
     enc = encode(value)
     assert [v.get("grad") for v in enc["items"]] == [True, True, None, None, True, True]
     assert set(encode(plain)) == {"t", "dtype", "shape", "data"}  # no key when not set
@@ -377,7 +466,12 @@ def test_wire_carries_requires_grad():
         assert got[4].shape == (0, 2) and got[5].dtype == torch.bfloat16
         with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):  # as at home
             got[0].add_(1)
-    old_record = {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AACAPwAAAEA="}  # 1.0, 2.0, no "grad"
+    old_record = {
+        "t": "tensor",
+        "dtype": "float32",
+        "shape": [2],
+        "data": "AACAPwAAAEA=",
+    }  # 1.0, 2.0, no "grad"
     for t in (to_python(old_record), decode(old_record)):
         assert t.tolist() == [1.0, 2.0] and not t.requires_grad
 
@@ -428,12 +522,19 @@ def test_an_int_tensor_with_grad_is_rejected_everywhere():
 def test_compare_tolerances_and_kinds():
     ref = torch.tensor([1.0, 2.0, 3.0])
     assert compare_values(ref, ref + 1e-7, rtol=1e-5, atol=1e-5, hidden=False) is None
-    assert compare_values(ref, ref.double(), rtol=1e-5, atol=1e-5, hidden=False) is None  # any float precision
-    assert compare_values(torch.tensor([math.nan]), torch.tensor([math.nan]), rtol=0, atol=0, hidden=False) is None
+    assert (
+        compare_values(ref, ref.double(), rtol=1e-5, atol=1e-5, hidden=False) is None
+    )  # any float precision
+    assert (
+        compare_values(torch.tensor([math.nan]), torch.tensor([math.nan]), rtol=0, atol=0, hidden=False)
+        is None
+    )
     assert compare_values((ref, 1), [ref, 1], rtol=0, atol=0, hidden=False) is None  # list and tuple alike
     msg = compare_values(ref, ref + 0.5, rtol=1e-5, atol=1e-5, hidden=False)
     assert "expected 1" in msg and "got 1.5" in msg
-    assert compare_values(ref.bool(), ref.long(), rtol=0, atol=0, hidden=False).endswith("should be a bool tensor")
+    assert compare_values(ref.bool(), ref.long(), rtol=0, atol=0, hidden=False).endswith(
+        "should be a bool tensor"
+    )
     assert "should be a torch.Tensor" in compare_values(ref, [1.0, 2.0, 3.0], rtol=0, atol=0, hidden=False)
     assert "expected [3]" in compare_values(ref, ref[:2], rtol=0, atol=0, hidden=False)
     nan = compare_values(ref, torch.tensor([1.0, math.nan, 3.0]), rtol=1e-5, atol=1e-5, hidden=True)
@@ -459,7 +560,13 @@ def test_report_escapes_student_text():
     assert set(fence) == {"`"} and len(fence) == 5 and block.endswith(fence)
     assert "\x1b" not in block and "\r" not in block and "\u202e" not in block and "\\x1b" in block
     assert sanitize("a\tb\nc") == "a\tb\nc"
-    report = {"submission": "x`<b>.ipynb", "assignment": "02_transformer", "points": 0, "max_points": 12, "status": "error: " + evil}
+    report = {
+        "submission": "x`<b>.ipynb",
+        "assignment": "02_transformer",
+        "points": 0,
+        "max_points": 12,
+        "status": "error: " + evil,
+    }
     md = render_markdown(report)
     assert "\x1b" not in md and "# Feedback: `` x`<b>.ipynb ``" in md
 
@@ -510,7 +617,18 @@ def test_report_md_renders_no_student_markup_anywhere():
         "status": "graded",
         "warnings": [EVIL],
         "answers": [{"exercise": EVIL, "cell": EVIL, "status": EVIL, "output": EVIL, "note": EVIL}],
-        "checks": [{"exercise": EVIL, "id": EVIL, "hidden": False, "passed": False, "points": 0, "max_points": 1, "message": EVIL, "output": EVIL}],
+        "checks": [
+            {
+                "exercise": EVIL,
+                "id": EVIL,
+                "hidden": False,
+                "passed": False,
+                "points": 0,
+                "max_points": 1,
+                "message": EVIL,
+                "output": EVIL,
+            }
+        ],
     }
     html = _html_of(render_markdown(report))
     assert "<img" not in html and "<script" not in html and html.count("&lt;img") >= 8, html
@@ -523,21 +641,60 @@ def test_grades_csv_has_one_column_per_exercise_and_a_class_summary(tmp_path):
 
     ex = {"a": 2, "b": 3}
     rows = [
-        {"submission": "s1", "assignment": "X", "points": 5, "max_points": 5, "status": "graded", "exercises": {"a": 2, "b": 3}, "exercise_max": ex},
-        {"submission": "s2", "assignment": "X", "points": 1.5, "max_points": 5, "status": "graded", "exercises": {"a": 1.5, "b": 0}, "exercise_max": ex},
-        {"submission": "s3", "assignment": "X", "points": 0, "max_points": 5, "status": "error: file not found"},
+        {
+            "submission": "s1",
+            "assignment": "X",
+            "points": 5,
+            "max_points": 5,
+            "status": "graded",
+            "exercises": {"a": 2, "b": 3},
+            "exercise_max": ex,
+        },
+        {
+            "submission": "s2",
+            "assignment": "X",
+            "points": 1.5,
+            "max_points": 5,
+            "status": "graded",
+            "exercises": {"a": 1.5, "b": 0},
+            "exercise_max": ex,
+        },
+        {
+            "submission": "s3",
+            "assignment": "X",
+            "points": 0,
+            "max_points": 5,
+            "status": "error: file not found",
+        },
     ]
     write_grades_csv(tmp_path / "g.csv", rows)
     with open(tmp_path / "g.csv", newline="") as fh:
         back = list(csv.reader(fh))
     assert back[0] == ["submission", "assignment", "points", "max_points", "status", "a", "b"]
     assert back[1][5:] == ["2", "3"] and back[2][5:] == ["1.5", "0"] and back[3][5:] == ["", ""]
-    assert exercise_summary(rows) == ["X a: mean 1.75 / 2, full 1 of 2, zero 0 of 2", "X b: mean 1.50 / 3, full 1 of 2, zero 1 of 2"]
-    rows.append({"submission": "s4", "assignment": "Y", "points": 1, "max_points": 1, "status": "graded", "exercises": {"a": 1}, "exercise_max": {"a": 1}})
+    assert exercise_summary(rows) == [
+        "X a: mean 1.75 / 2, full 1 of 2, zero 0 of 2",
+        "X b: mean 1.50 / 3, full 1 of 2, zero 1 of 2",
+    ]
+    rows.append(
+        {
+            "submission": "s4",
+            "assignment": "Y",
+            "points": 1,
+            "max_points": 1,
+            "status": "graded",
+            "exercises": {"a": 1},
+            "exercise_max": {"a": 1},
+        }
+    )
     write_grades_csv(tmp_path / "g.csv", rows)  # two assignments: columns named assignment:exercise
     with open(tmp_path / "g.csv", newline="") as fh:
         back = list(csv.reader(fh))
-    assert back[0][5:] == ["X:a", "X:b", "Y:a"] and back[4][5:] == ["", "", "1"] and back[1][5:] == ["2", "3", ""]
+    assert (
+        back[0][5:] == ["X:a", "X:b", "Y:a"]
+        and back[4][5:] == ["", "", "1"]
+        and back[1][5:] == ["2", "3", ""]
+    )
 
 
 def test_gradescope_results_have_the_documented_fields():
@@ -558,12 +715,20 @@ def test_gradescope_results_have_the_documented_fields():
     assert res["score"] == 1.0 and isinstance(res["tests"], list) and len(res["tests"]) == 2
     for t in res["tests"]:
         assert {"name", "score", "max_score", "output"} <= set(t) and t["output_format"] == "text"
-        assert isinstance(t["score"], float) and isinstance(t["max_score"], float) and isinstance(t["name"], str)
+        assert (
+            isinstance(t["score"], float) and isinstance(t["max_score"], float) and isinstance(t["name"], str)
+        )
     assert res["tests"][0]["name"] == "The exercise: check e-small" and res["tests"][0]["score"] == 1.0
     assert "\x1b" not in res["tests"][0]["output"] and "hi" in res["tests"][0]["output"]
-    assert res["tests"][1]["max_score"] == 2.0 and res["tests"][1]["score"] == 0.0 and EVIL in res["tests"][1]["output"]
+    assert (
+        res["tests"][1]["max_score"] == 2.0
+        and res["tests"][1]["score"] == 0.0
+        and EVIL in res["tests"][1]["output"]
+    )
     assert "raised ValueError" in res["output"]
-    err = gradescope_results({**report, "status": "error: file too large", "checks": [], "answers": [], "points": 0})
+    err = gradescope_results(
+        {**report, "status": "error: file too large", "checks": [], "answers": [], "points": 0}
+    )
     assert err["score"] == 0.0 and err["tests"] == [] and "file too large" in err["output"]
 
 
@@ -593,7 +758,9 @@ def test_notebooks_setup_rewrites_every_set_up_cell_from_config(tmp_path, monkey
     for p in copies:
         before, after = json.loads((ROOT / p.parent.name / p.name).read_text()), json.loads(p.read_text())
         changed = [i for i, (a, b) in enumerate(zip(before["cells"], after["cells"])) if a != b]
-        assert len(changed) == 1 and "".join(after["cells"][changed[0]]["source"]) == setup_cell_source(url), p
+        assert len(changed) == 1 and "".join(after["cells"][changed[0]]["source"]) == setup_cell_source(
+            url
+        ), p
         assert after["metadata"] == before["metadata"] and len(after["cells"]) == len(before["cells"])
     assert check_notebook(copies[0], url=url) == []
     assert course_main(["notebooks", "setup", "--check"]) == 0  # idempotent
@@ -644,7 +811,12 @@ def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     with pytest.raises(RuntimeError) as info:
         choose_mode("auto")
     msg = str(info.value)
-    assert "bwrap is not installed" in msg and "make system-deps" in msg and "--sandbox none" in msg and "\n" not in msg
+    assert (
+        "bwrap is not installed" in msg
+        and "make system-deps" in msg
+        and "--sandbox none" in msg
+        and "\n" not in msg
+    )
     with pytest.raises(RuntimeError, match="bubblewrap does not work"):
         choose_mode("bwrap")
     mode, warning = choose_mode("none")
@@ -676,7 +848,9 @@ def test_unreadable_for_others_names_a_mode_700_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox.sys, "executable", str(home / "py" / "bin" / "python"))
     try:
         blocked = sandbox.unreadable_for_others([])  # pytest's own temporary folders are mode 700 too
-        assert blocked.endswith(" (mode 700)") and str(home).startswith(blocked.removesuffix(" (mode 700)")), blocked
+        assert blocked.endswith(" (mode 700)") and str(home).startswith(
+            blocked.removesuffix(" (mode 700)")
+        ), blocked
         home.chmod(0o755)
         assert f"{home} " not in (sandbox.unreadable_for_others([]) or "")
         home.chmod(0o700)
@@ -705,9 +879,27 @@ def test_student_self_check_with_nbval_shows_failing_checks(tmp_path):
     path.write_text(json.dumps(nb))
     env = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "--color=no", "-q", "-o", "addopts=", str(path)],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--color=no",
+            "-q",
+            "-o",
+            "addopts=",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
@@ -716,7 +908,9 @@ def test_student_self_check_with_nbval_shows_failing_checks(tmp_path):
     assert int(m.group(1)) == n_checks - 1 == 4
     assert "NotImplementedError" in out and "write scaled_dot_product_attention() here" in out
     # item 14: a failure names the check and its exercise, not just "Cell N"
-    assert "check 'attention-basic' of exercise 'Scaled dot-product attention with masks' failed" in out, out[-3000:]
+    assert "check 'attention-basic' of exercise 'Scaled dot-product attention with masks' failed" in out, out[
+        -3000:
+    ]
 
 
 def test_wire_round_trips_scalars_and_odd_strides():
@@ -738,7 +932,16 @@ def test_a_released_notebook_turns_off_the_forbidden_functions_as_the_grader_doe
     from course_lib.grading.sandbox_worker import ForbiddenCall, forbid
 
     root = Path(__file__).resolve().parents[1]
-    for name in ("01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae", "06_xlnet", "07_distillation", "08_probing"):
+    for name in (
+        "01_elmo",
+        "02_transformer",
+        "03_bert",
+        "04_albert",
+        "05_ar_ae",
+        "06_xlnet",
+        "07_distillation",
+        "08_probing",
+    ):
         nb = json.loads((root / "exercises" / f"{name}.ipynb").read_text())
         names = nb["metadata"]["course"].get("forbid", [])
         cells = [c for c in nb["cells"] if "course-forbid" in c["metadata"].get("tags", [])]

@@ -10,25 +10,31 @@ from pathlib import Path
 
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, forbid_rule_tests
 
 from course_lib.cli import main as course_main
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter
 
 CHAPTER = Chapter("01_elmo")
 SOLUTION = CHAPTER.solution
 
 CHECK_POINTS = {  # check id -> points (every check of 01_elmo is worth 1)
-    "char-ids-small": 1, "char-ids-edge-cases": 1,
-    "highway-small": 1, "highway-shapes": 1,
-    "scalar-mix-basic": 1, "scalar-mix-layer-norm": 1, "scalar-mix-shapes": 1, "scalar-mix-layer-norm-random": 1,
-    "bilm-targets-small": 1, "bilm-targets-random": 1, "bilm-loss-random": 1,
+    "char-ids-small": 1,
+    "char-ids-edge-cases": 1,
+    "highway-small": 1,
+    "highway-shapes": 1,
+    "scalar-mix-basic": 1,
+    "scalar-mix-layer-norm": 1,
+    "scalar-mix-shapes": 1,
+    "scalar-mix-layer-norm-random": 1,
+    "bilm-targets-small": 1,
+    "bilm-targets-random": 1,
+    "bilm-loss-random": 1,
 }
 
 # Correct answers, written differently from the reference (loops, einsum, boolean indexing).
 ALTERNATIVE = {
-    "char-ids-answer": '''
+    "char-ids-answer": """
 def char_ids(word, max_chars=50):
     if max_chars < 3 or not word:
         raise ValueError("bad input")
@@ -44,15 +50,15 @@ def char_ids(word, max_chars=50):
     while len(out) < max_chars:
         out.append(261)
     return out
-''',
-    "highway-answer": '''
+""",
+    "highway-answer": """
 def highway(x, weight, bias):
     d = x.shape[-1]
     a = torch.nn.functional.linear(x, weight[:d], bias[:d])
     g = 1 / (1 + torch.exp(-torch.nn.functional.linear(x, weight[d:], bias[d:])))
     return x + (1 - g) * (a.clamp(min=0) - x)
-''',
-    "scalar-mix-answer": '''
+""",
+    "scalar-mix-answer": """
 def scalar_mix(layers, w, gamma, mask=None, do_layer_norm=False):
     if do_layer_norm and mask is None:
         raise ValueError("need a mask")
@@ -69,8 +75,8 @@ def scalar_mix(layers, w, gamma, mask=None, do_layer_norm=False):
     if mask is not None:
         out = torch.where(mask[..., None], out, torch.zeros((), dtype=out.dtype))
     return out
-''',
-    "bilm-targets-answer": '''
+""",
+    "bilm-targets-answer": """
 def lm_targets(word_ids, mask):
     batch, seq = word_ids.shape
     forward = torch.full((batch, seq), -100, dtype=word_ids.dtype)
@@ -92,25 +98,25 @@ def bilm_loss(forward_logits, backward_logits, word_ids, mask):
         logp = torch.log_softmax(logits[keep], dim=-1)
         losses.append(-logp.gather(1, targets[keep][:, None]).mean())
     return torch.stack(losses)
-''',
+""",
 }
 
 # Partly correct: the scalar mix ignores do_layer_norm (loses its two layer-norm checks), the
 # highway swaps transform and gate (loses both highway checks); everything else is right.
 PARTIAL = {
-    "scalar-mix-answer": '''
+    "scalar-mix-answer": """
 def scalar_mix(layers, w, gamma, mask=None, do_layer_norm=False):
     out = gamma * (torch.softmax(w, 0)[:, None, None, None] * layers).sum(0)
     if mask is not None:
         out = out * mask[..., None]
     return out
-''',
-    "highway-answer": '''
+""",
+    "highway-answer": """
 def highway(x, weight, bias):
     gate, transform = (x @ weight.T + bias).chunk(2, dim=-1)
     g = torch.sigmoid(gate)
     return g * x + (1 - g) * torch.relu(transform)
-''',
+""",
 }
 PARTIAL_FAILS = {"scalar-mix-layer-norm", "scalar-mix-layer-norm-random", "highway-small", "highway-shapes"}
 
@@ -134,7 +140,9 @@ def graded(tmp_path_factory):
         CHAPTER.submission(folder, "alternative", ALTERNATIVE, base="stub"),
     ]
     out = folder / "out"
-    code = course_main(["grade", *map(str, subs), "--out", str(out), "--assignment", "01_elmo", "--jobs", "2"])
+    code = course_main(
+        ["grade", *map(str, subs), "--out", str(out), "--assignment", "01_elmo", "--jobs", "2"]
+    )
     assert code == 0
     with open(out / "grades.csv", newline="") as fh:
         rows = {Path(r["submission"]).stem: r for r in csv.DictReader(fh)}
@@ -177,7 +185,14 @@ def reference():
 
 
 def test_reference_answers_agree_with_course_lib(reference):
-    from course_lib.models.elmo import ElmoConfig, ElmoLanguageModel, Highway, ScalarMix, word_to_char_ids, words_to_char_ids
+    from course_lib.models.elmo import (
+        ElmoConfig,
+        ElmoLanguageModel,
+        Highway,
+        ScalarMix,
+        word_to_char_ids,
+        words_to_char_ids,
+    )
 
     for word in ["jam", "<S>", "</S>", "Café", "x" * 70]:
         assert reference["char_ids"](word) == word_to_char_ids(word)
@@ -199,23 +214,42 @@ def test_reference_answers_agree_with_course_lib(reference):
         got = reference["scalar_mix"](layers, mix.scalar_parameters.detach(), 1.7, mask, do_layer_norm=norm)
         torch.testing.assert_close(got, expected)
 
-    cfg = ElmoConfig(char_embed_dim=8, filters=((1, 4), (2, 8)), projection_dim=16, lstm_cell_dim=32, dropout=0.0, vocab_size=30)
+    cfg = ElmoConfig(
+        char_embed_dim=8,
+        filters=((1, 4), (2, 8)),
+        projection_dim=16,
+        lstm_cell_dim=32,
+        dropout=0.0,
+        vocab_size=30,
+    )
     lm = ElmoLanguageModel(cfg).eval()
     ids, mask = words_to_char_ids([["a", "b", "c"], ["d", "e"]], add_sentence_boundaries=True)
     word_ids = torch.randint(4, 30, mask.shape) * mask
     with torch.no_grad():
         fwd, bwd, _, _ = lm.lm_logits(ids, mask)  # aligned with the word they predict
         ours = lm.lm_loss(ids, word_ids, mask)
-    made_at = (torch.cat([fwd[:, 1:], fwd[:, :1]], 1), torch.cat([bwd[:, -1:], bwd[:, :-1]], 1))  # aligned with where they are made
+    made_at = (
+        torch.cat([fwd[:, 1:], fwd[:, :1]], 1),
+        torch.cat([bwd[:, -1:], bwd[:, :-1]], 1),
+    )  # aligned with where they are made
     got = reference["bilm_loss"](*made_at, word_ids, mask)
     torch.testing.assert_close(got, torch.stack([ours.forward, ours.backward]))
 
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('course_lib.data.chars.word_to_char_ids', 'course_lib.models.elmo.word_to_char_ids', 'course_lib.models.elmo.ScalarMix', 'course_lib.analysis.normalise_layers')
+MUST_FORBID = (
+    "course_lib.data.chars.word_to_char_ids",
+    "course_lib.models.elmo.word_to_char_ids",
+    "course_lib.models.elmo.ScalarMix",
+    "course_lib.analysis.normalise_layers",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'elmo_word_to_char_ids': ('char-ids-answer', 'from course_lib.models.elmo import word_to_char_ids\n\ndef char_ids(word, max_chars=50):\n    return word_to_char_ids(word, max_chars=max_chars)\n', 'char-ids-small'),
+    "elmo_word_to_char_ids": (
+        "char-ids-answer",
+        "from course_lib.models.elmo import word_to_char_ids\n\ndef char_ids(word, max_chars=50):\n    return word_to_char_ids(word, max_chars=max_chars)\n",
+        "char-ids-small",
+    ),
 }
 
 

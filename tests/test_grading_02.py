@@ -4,13 +4,9 @@ and test_grading_attacks.py (chapter 2 is the format's worked example)."""
 
 from __future__ import annotations
 
-import json
-
-import pytest
+from grading_fixtures.chapters import Chapter, forbid_rule_tests
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter
 
 CHAPTER = Chapter("02_transformer")
 
@@ -24,9 +20,19 @@ def test_solution_notebook_is_valid_and_released():
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('torch.nn.functional.scaled_dot_product_attention', 'torch._C._nn.scaled_dot_product_attention', 'course_lib.nn.causal_mask', 'course_lib.nn.attention.causal_mask', 'course_lib.nn.MultiHeadAttention')
+MUST_FORBID = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch._C._nn.scaled_dot_product_attention",
+    "course_lib.nn.causal_mask",
+    "course_lib.nn.attention.causal_mask",
+    "course_lib.nn.MultiHeadAttention",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'nn_causal_mask': ('causal-mask-answer', 'from course_lib.nn import causal_mask as _cm\n\ndef causal_mask(length, key_length=None):\n    if key_length is not None and key_length < length:\n        raise ValueError("key_length < length")\n    return _cm(length, key_length=key_length)\n', 'causal-mask-small'),
+    "nn_causal_mask": (
+        "causal-mask-answer",
+        'from course_lib.nn import causal_mask as _cm\n\ndef causal_mask(length, key_length=None):\n    if key_length is not None and key_length < length:\n        raise ValueError("key_length < length")\n    return _cm(length, key_length=key_length)\n',
+        "causal-mask-small",
+    ),
 }
 
 
@@ -45,7 +51,10 @@ def test_the_appendix_table_follows_every_assignments_metadata():
 
     root = Path(__file__).resolve().parents[1]
     text = (root / "book" / "appendix_grading.md").read_text()
-    rows = {m[0]: (int(m[1]), float(m[2]), float(m[3])) for m in re.findall(r"^\| (\d\d_\w+) \| (\d+) \| (\d+) \| (\d+) \|", text, re.M)}
+    rows = {
+        m[0]: (int(m[1]), float(m[2]), float(m[3]))
+        for m in re.findall(r"^\| (\d\d_\w+) \| (\d+) \| (\d+) \| (\d+) \|", text, re.M)
+    }
     names = sorted(p.stem for p in (root / "solutions").glob("*.ipynb"))
     assert sorted(rows) == names
     for name in names:

@@ -4,14 +4,11 @@ rewritten submissions (exact points)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, answer_sources, forbid_rule_tests
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter, answer_sources
 
 CHAPTER = Chapter("03_bert")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -51,8 +48,14 @@ def test_reference_masking_matches_course_lib_statistics():
     inputs, labels = ref(ids, 2000, 4, [0, 1, 2, 3])
     chosen = labels != -100
     ours = {"masked": (inputs == 4) & chosen, "kept": (inputs == ids) & chosen}
-    c_inputs, c_labels, actions = mask_tokens(ids, vocab_size=2000, mask_token_id=4, special_ids=[0, 1, 2, 3],
-                                              generator=torch.Generator().manual_seed(0), return_actions=True)
+    c_inputs, c_labels, actions = mask_tokens(
+        ids,
+        vocab_size=2000,
+        mask_token_id=4,
+        special_ids=[0, 1, 2, 3],
+        generator=torch.Generator().manual_seed(0),
+        return_actions=True,
+    )
     c_chosen = actions > 0
     assert torch.equal(c_labels[c_chosen], ids[c_chosen])
     for mine, code in [(ours["masked"], MASKED), (ours["kept"], KEPT)]:
@@ -64,10 +67,19 @@ def test_reference_masking_matches_course_lib_statistics():
 def test_reference_embeddings_match_bert_embeddings():
     from course_lib.models.bert import BertConfig, BertEmbeddings
 
-    emb = BertEmbeddings(BertConfig.from_course(vocab_size=50, d_model=16, n_heads=2, n_layers=1, max_len=12, dropout=0.0)).eval()
+    emb = BertEmbeddings(
+        BertConfig.from_course(vocab_size=50, d_model=16, n_heads=2, n_layers=1, max_len=12, dropout=0.0)
+    ).eval()
     ids, types = torch.randint(50, (3, 12)), torch.randint(2, (3, 12))
-    ours = reference()["bert_embeddings"](ids, types, emb.word_embeddings.weight, emb.position_embeddings.weight,
-                                          emb.token_type_embeddings.weight, emb.norm.weight, emb.norm.bias)
+    ours = reference()["bert_embeddings"](
+        ids,
+        types,
+        emb.word_embeddings.weight,
+        emb.position_embeddings.weight,
+        emb.token_type_embeddings.weight,
+        emb.norm.weight,
+        emb.norm.bias,
+    )
     torch.testing.assert_close(ours, emb(ids, types), atol=1e-5, rtol=1e-5)
 
 
@@ -89,7 +101,7 @@ def test_reference_packing_matches_course_lib():
 
 PARTIAL = {
     # random replacements drawn from the whole vocabulary, specials included: fails the two hidden checks
-    MASK: '''
+    MASK: """
 def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.15):
     special = torch.isin(input_ids, torch.tensor(list(special_ids) + [mask_id]))
     chosen = (torch.rand(input_ids.shape) < mlm_probability) & ~special
@@ -99,9 +111,9 @@ def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.1
     rnd = chosen & (u >= 0.8) & (u < 0.9)
     inputs[rnd] = torch.randint(vocab_size, input_ids.shape, dtype=input_ids.dtype)[rnd]
     return inputs, torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
-''',
+""",
     # only two segments: fails the hidden check with three
-    EMB: '''
+    EMB: """
 def bert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta, eps=1e-12):
     n = input_ids.shape[1]
     if n > position_table.shape[0]:
@@ -111,9 +123,9 @@ def bert_embeddings(input_ids, token_type_ids, word_table, position_table, segme
     seg = torch.where(token_type_ids[..., None] == 1, segment_table[1], segment_table[0])
     x = word_table[input_ids] + position_table[:n] + seg
     return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
-''',
+""",
     # the first [SEP] gets segment 1: every check of the exercise fails
-    PACK: '''
+    PACK: """
 def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
     if max_len < 5:
         raise ValueError("too short")
@@ -121,16 +133,23 @@ def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
     while len(a) + len(b) > max_len - 3:
         (a if len(a) > len(b) else b).pop()
     return [cls_id] + a + [sep_id] + b + [sep_id], [0] * (len(a) + 1) + [1] * (len(b) + 2)
-''',
+""",
 }
-PARTIAL[LOSS] = '''
+PARTIAL[LOSS] = """
 def mlm_loss(logits, labels):
     flat, y = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     keep = y != -100
     log_probs = torch.log(torch.softmax(flat[keep], dim=-1))  # -inf for large logits; nan with no label
     return -log_probs.gather(1, y[keep][:, None]).mean()
-'''
-PARTIAL_FAILS = {"masking-fresh", "masking-uniform", "embeddings-sum", *CHECKS["packing"], "mlm-loss-small", "mlm-loss-edges"}
+"""
+PARTIAL_FAILS = {
+    "masking-fresh",
+    "masking-uniform",
+    "embeddings-sum",
+    *CHECKS["packing"],
+    "mlm-loss-small",
+    "mlm-loss-edges",
+}
 
 REWRITTEN = {
     MASK: '''
@@ -152,7 +171,7 @@ def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.1
     labels[~chosen] = -100
     return out.reshape(input_ids.shape), labels.reshape(input_ids.shape)
 ''',
-    EMB: '''
+    EMB: """
 def bert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta, eps=1e-12):
     batch, n = input_ids.shape
     if n > len(position_table):
@@ -162,8 +181,8 @@ def bert_embeddings(input_ids, token_type_ids, word_table, position_table, segme
     x = x + torch.nn.functional.embedding(torch.arange(n).expand(batch, n), position_table)
     x = x + torch.nn.functional.embedding(types, segment_table)
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
-''',
-    PACK: '''
+""",
+    PACK: """
 def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
     budget = max_len - 3
     if budget < 2:
@@ -175,11 +194,11 @@ def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
         la = la_new
     ids = [cls_id, *tokens_a[:la], sep_id, *tokens_b[:lb], sep_id]
     return ids, [0 if i < la + 2 else 1 for i in range(len(ids))]
-''',
+""",
 }
 
 
-REWRITTEN[LOSS] = '''
+REWRITTEN[LOSS] = """
 def mlm_loss(logits, labels):
     z, y = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     rows = torch.nonzero(y != -100).flatten()
@@ -188,7 +207,7 @@ def mlm_loss(logits, labels):
     z = z[rows]
     picked = z[torch.arange(len(rows)), y[rows]]
     return (torch.logsumexp(z, dim=-1) - picked).sum() / len(rows)
-'''
+"""
 
 
 def test_reference_mlm_loss_matches_cross_entropy():
@@ -201,7 +220,9 @@ def test_reference_mlm_loss_matches_cross_entropy():
         labels = torch.randint(0, shape[-1], shape[:-1], generator=g)
         labels[torch.rand(shape[:-1], generator=g) < 0.5] = -100
         labels.view(-1)[0] = 1
-        expected = torch.nn.functional.cross_entropy(logits.reshape(-1, shape[-1]), labels.reshape(-1), ignore_index=-100)
+        expected = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, shape[-1]), labels.reshape(-1), ignore_index=-100
+        )
         torch.testing.assert_close(mlm_loss(logits, labels), expected)
     zero = mlm_loss(torch.randn(2, 3, 4), torch.full((2, 3), -100))
     assert zero.dim() == 0 and float(zero) == 0.0
@@ -209,7 +230,9 @@ def test_reference_mlm_loss_matches_cross_entropy():
 
 # the reference's masking, but an error for ids that are not [batch, seq]: the hidden check on a
 # 3-d batch fails, and its message says that the function raised (not that the check misread a result)
-MASK_RAISES_ON_3D = answer_sources(CHAPTER.solution)[MASK].replace("def mask_tokens(", "def _mask_tokens_2d(", 1) + """
+MASK_RAISES_ON_3D = (
+    answer_sources(CHAPTER.solution)[MASK].replace("def mask_tokens(", "def _mask_tokens_2d(", 1)
+    + """
 
 
 def mask_tokens(input_ids, *args, **kwargs):
@@ -217,7 +240,13 @@ def mask_tokens(input_ids, *args, **kwargs):
         raise ValueError("input_ids must be [batch, seq]")
     return _mask_tokens_2d(input_ids, *args, **kwargs)
 """
-GAMING = {"masking_raises_on_3d": ({MASK: MASK_RAISES_ON_3D}, {"masking-basics", "masking-statistics", "masking-uniform"})}
+)
+GAMING = {
+    "masking_raises_on_3d": (
+        {MASK: MASK_RAISES_ON_3D},
+        {"masking-basics", "masking-statistics", "masking-uniform"},
+    )
+}
 
 
 @pytest.fixture(scope="module")
@@ -227,27 +256,46 @@ def graded(tmp_path_factory):
 
 def test_a_function_that_raises_is_reported_as_raising(graded):
     message = {c["id"]: c["message"] for c in graded["masking_raises_on_3d"][1]["checks"]}["masking-fresh"]
-    assert "mask_tokens raised ValueError on a 3-d batch" in message and "what your code returned" not in message, message
+    assert (
+        "mask_tokens raised ValueError on a 3-d batch" in message and "what your code returned" not in message
+    ), message
 
 
-@pytest.mark.parametrize("name, points, failing", [
-    ("solution", 13, set()),
-    ("stub", 0, set(ALL_CHECKS)),
-    ("partial", 5, PARTIAL_FAILS),
-    ("rewritten", 13, set()),
-    ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"] + CHECKS["mlm-loss"])),
-    ("masking_raises_on_3d", 3, set(ALL_CHECKS) - GAMING["masking_raises_on_3d"][1]),
-])
+@pytest.mark.parametrize(
+    "name, points, failing",
+    [
+        ("solution", 13, set()),
+        ("stub", 0, set(ALL_CHECKS)),
+        ("partial", 5, PARTIAL_FAILS),
+        ("rewritten", 13, set()),
+        ("one_exercise", 3, set(CHECKS["masking"] + CHECKS["embeddings"] + CHECKS["mlm-loss"])),
+        ("masking_raises_on_3d", 3, set(ALL_CHECKS) - GAMING["masking_raises_on_3d"][1]),
+    ],
+)
 def test_exact_points(graded, name, points, failing):
     CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
 
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('torch.nn.functional.cross_entropy', 'torch._C._nn.cross_entropy_loss', 'course_lib.models.bert.masked_lm_loss', 'course_lib.models.xlnet.masked_lm_loss', 'course_lib.objectives.pack_pair')
+MUST_FORBID = (
+    "torch.nn.functional.cross_entropy",
+    "torch._C._nn.cross_entropy_loss",
+    "course_lib.models.bert.masked_lm_loss",
+    "course_lib.models.xlnet.masked_lm_loss",
+    "course_lib.objectives.pack_pair",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'xlnet_masked_lm_loss': ('mlm-loss-answer', 'from course_lib.models.xlnet import masked_lm_loss\n\ndef mlm_loss(logits, labels):\n    return masked_lm_loss(logits, labels)\n', 'mlm-loss-small'),
-    'c_kernel_loss': ('mlm-loss-answer', 'import torch\n\ndef mlm_loss(logits, labels):\n    loss = torch._C._nn.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), None, 1, -100, 0.0)\n    return torch.nan_to_num(loss, nan=0.0)\n', 'mlm-loss-small'),
+    "xlnet_masked_lm_loss": (
+        "mlm-loss-answer",
+        "from course_lib.models.xlnet import masked_lm_loss\n\ndef mlm_loss(logits, labels):\n    return masked_lm_loss(logits, labels)\n",
+        "mlm-loss-small",
+    ),
+    "c_kernel_loss": (
+        "mlm-loss-answer",
+        "import torch\n\ndef mlm_loss(logits, labels):\n    loss = torch._C._nn.cross_entropy_loss(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), None, 1, -100, 0.0)\n    return torch.nan_to_num(loss, nan=0.0)\n",
+        "mlm-loss-small",
+    ),
 }
 
 

@@ -11,15 +11,19 @@ from dataclasses import replace
 
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, cell_source, forbid_rule_tests, tagged_cells
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter, cell_source, tagged_cells
 
 CHAPTER = Chapter("04_albert")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
 reference = CHAPTER.reference  # the preamble and the reference answers, executed
-EMB, SCHED, COUNT, SOP = "factorised-embeddings-answer", "layer-schedule-answer", "count-parameters-answer", "sentence-order-answer"
+EMB, SCHED, COUNT, SOP = (
+    "factorised-embeddings-answer",
+    "layer-schedule-answer",
+    "count-parameters-answer",
+    "sentence-order-answer",
+)
 CHECKS = {
     "factorised-embeddings": ["factorised-small", "factorised-sizes", "factorised-width"],
     "layer-schedule": ["schedule-small", "schedule-random", "schedule-edges"],
@@ -35,8 +39,15 @@ ALBERT_BASE = dict(V=30000, E=128, H=768, L=12, I=3072)
 def _tiny_albert(**overrides):
     from course_lib.models.albert import AlbertConfig
 
-    sizes = dict(vocab_size=61, embedding_size=6, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                 intermediate_size=24, max_position_embeddings=20)
+    sizes = dict(
+        vocab_size=61,
+        embedding_size=6,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=20,
+    )
     return AlbertConfig(**{**sizes, **overrides})
 
 
@@ -53,7 +64,10 @@ def test_solution_notebook_is_valid_and_released():
     assert all(c.points == 1 for c in a.checks)
     assert set(MUST_FORBID) <= set(a.forbid)  # LayerNorm and linear maps (chapters 3 and 2) stay allowed
     assert [e.functions for e in a.exercises] == [
-        ("albert_embeddings",), ("layer_schedule",), ("count_albert_parameters",), ("sentence_order_pairs",)
+        ("albert_embeddings",),
+        ("layer_schedule",),
+        ("count_albert_parameters",),
+        ("sentence_order_pairs",),
     ]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
@@ -79,8 +93,15 @@ def test_reference_embeddings_match_albert_model(embedding_size, hidden_size):
     emb, proj = model.embeddings, model.encoder.embedding_hidden_mapping_in
     ours = reference()["albert_embeddings"]
     ids, types = torch.randint(61, (3, 12)), torch.randint(3, (3, 12))
-    args = (emb.word_embeddings.weight, emb.position_embeddings.weight, emb.token_type_embeddings.weight,
-            emb.norm.weight, emb.norm.bias, proj.weight, proj.bias)
+    args = (
+        emb.word_embeddings.weight,
+        emb.position_embeddings.weight,
+        emb.token_type_embeddings.weight,
+        emb.norm.weight,
+        emb.norm.bias,
+        proj.weight,
+        proj.bias,
+    )
     with torch.no_grad():
         for types_in in (types, None):
             expected = proj(emb(ids, types_in))
@@ -94,19 +115,42 @@ def test_reference_embeddings_match_albert_model(embedding_size, hidden_size):
 def _encoder_schedule(L: int, G: int, K: int) -> tuple[int, ...]:
     from course_lib.models.albert import AlbertEncoder
 
-    config = _tiny_albert(embedding_size=4, hidden_size=4, num_attention_heads=1, intermediate_size=4,
-                          num_hidden_layers=L, num_hidden_groups=G, inner_group_num=K)
+    config = _tiny_albert(
+        embedding_size=4,
+        hidden_size=4,
+        num_attention_heads=1,
+        intermediate_size=4,
+        num_hidden_layers=L,
+        num_hidden_groups=G,
+        inner_group_num=K,
+    )
     return AlbertEncoder(config).schedule
 
 
 def test_reference_schedule_matches_albert_encoder():
     ours = reference()["layer_schedule"]
-    cases = [(12, 1, 1), (4, 2, 1), (3, 3, 2), (6, 4, 1), (5, 2, 3), (7, 3, 2), (10, 4, 1), (12, 5, 2), (9, 9, 1),
-             (1, 1, 1), (1, 1, 3), (18, 14, 1), (27, 21, 2), (36, 28, 1)]
+    cases = [
+        (12, 1, 1),
+        (4, 2, 1),
+        (3, 3, 2),
+        (6, 4, 1),
+        (5, 2, 3),
+        (7, 3, 2),
+        (10, 4, 1),
+        (12, 5, 2),
+        (9, 9, 1),
+        (1, 1, 1),
+        (1, 1, 3),
+        (18, 14, 1),
+        (27, 21, 2),
+        (36, 28, 1),
+    ]
     g = torch.Generator().manual_seed(4)
     for _ in range(25):
         L = int(torch.randint(1, 40, (), generator=g))
-        cases.append((L, int(torch.randint(1, L + 1, (), generator=g)), int(torch.randint(1, 4, (), generator=g))))
+        cases.append(
+            (L, int(torch.randint(1, L + 1, (), generator=g)), int(torch.randint(1, 4, (), generator=g)))
+        )
     assert any(L % G for L, G, _ in cases), "some L not divisible by G"
     for L, G, K in cases:
         steps = ours(L, G, K)
@@ -125,13 +169,30 @@ def test_reference_counts_match_albert_models():
     from course_lib.models.albert import AlbertConfig, AlbertModel
 
     count = reference()["count_albert_parameters"]
-    for sizes in [dict(), dict(embedding_size=20, hidden_size=12, num_hidden_layers=4, type_vocab_size=3,
-                               max_position_embeddings=7, intermediate_size=40)]:
+    for sizes in [
+        dict(),
+        dict(
+            embedding_size=20,
+            hidden_size=12,
+            num_hidden_layers=4,
+            type_vocab_size=3,
+            max_position_embeddings=7,
+            intermediate_size=40,
+        ),
+    ]:
         config = _tiny_albert(**sizes)
         for mode in MODES:
             model = AlbertModel(replace(config, sharing=mode))
-            n = count(config.vocab_size, config.embedding_size, config.hidden_size, config.num_hidden_layers,
-                      config.intermediate_size, P=config.max_position_embeddings, T=config.type_vocab_size, sharing=mode)
+            n = count(
+                config.vocab_size,
+                config.embedding_size,
+                config.hidden_size,
+                config.num_hidden_layers,
+                config.intermediate_size,
+                P=config.max_position_embeddings,
+                T=config.type_vocab_size,
+                sharing=mode,
+            )
             assert isinstance(n, int) and n == model.num_parameters(), (sizes, mode)
     # ALBERT-base v2 (AlbertConfig's defaults): 11,683,584, the paper's "12M"
     assert AlbertModel(AlbertConfig()).num_parameters() == count(**ALBERT_BASE) == 11_683_584
@@ -151,8 +212,13 @@ def test_reference_sop_pairs_follow_make_sop_pairs_statistics():
         pytest.skip("course_lib.objectives.pairs.make_sop_pairs is not there")
     ours = reference()["sentence_order_pairs"]
     g = torch.Generator().manual_seed(11)
-    docs = [[torch.randint(5, 900, (int(torch.randint(1, 6, (), generator=g)),), generator=g).tolist()
-             for _ in range(int(torch.randint(2, 30, (), generator=g)))] for _ in range(300)]
+    docs = [
+        [
+            torch.randint(5, 900, (int(torch.randint(1, 6, (), generator=g)),), generator=g).tolist()
+            for _ in range(int(torch.randint(2, 30, (), generator=g)))
+        ]
+        for _ in range(300)
+    ]
     n_pairs = sum(len(d) - 1 for d in docs)
 
     def adjacent(doc, a, b, label):
@@ -163,7 +229,9 @@ def test_reference_sop_pairs_follow_make_sop_pairs_statistics():
     for k, doc in enumerate(docs):
         pairs = ours(doc, 1000 + k)
         assert len(pairs) == len(doc) - 1
-        assert all(adjacent(doc, a, b, y) for a, b, y in pairs), "members are neighbours; the label says their order"
+        assert all(adjacent(doc, a, b, y) for a, b, y in pairs), (
+            "members are neighbours; the label says their order"
+        )
         mine += [y for _, _, y in pairs]
     theirs = make_sop_pairs(docs, rng=torch.Generator().manual_seed(5))
     assert len(theirs.a) == len(mine) == n_pairs  # one pair per adjacent pair of every document
@@ -189,7 +257,7 @@ def test_reference_sop_pairs_follow_make_sop_pairs_statistics():
 
 PARTIAL = {
     # an IndexError, not the ValueError asked for, for a sequence longer than the position table
-    EMB: '''
+    EMB: """
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
                       proj_weight, proj_bias, eps=1e-12):
     n = input_ids.shape[1]
@@ -197,39 +265,47 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
     x = word_table[input_ids] + position_table[torch.arange(n)] + segment_table[types]
     x = torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
     return x @ proj_weight.T + proj_bias
-''',
+""",
     # no check of inner_group_num: [] for 0 layers per group instead of a ValueError
-    SCHED: '''
+    SCHED: """
 def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
     if not 1 <= num_hidden_groups <= num_hidden_layers:
         raise ValueError("num_hidden_groups out of range")
     return [(int(i / (num_hidden_layers / num_hidden_groups)), j) for i in range(num_hidden_layers)
             for j in range(inner_group_num)]
-''',
+""",
     # "attention" and "ffn" swapped: right for sharing="all" and for one layer only
-    COUNT: '''
+    COUNT: """
 def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
     n = {"all": (1, 1), "attention": (L, 1), "ffn": (1, L), "none": (L, L)}
     if sharing not in n:
         raise ValueError(sharing)
     att, ffn = n[sharing]
     return (V + P + T) * E + 2 * E + E * H + H + att * (4 * H * H + 6 * H) + ffn * (2 * H * I + I + 3 * H) + H * H + H
-''',
+""",
     # a document with fewer than two segments raises instead of giving []
-    SOP: '''
+    SOP: """
 def sentence_order_pairs(segments, seed):
     if len(segments) < 2:
         raise ValueError("need two segments")
     u = torch.rand(len(segments) - 1, generator=torch.Generator().manual_seed(seed))
     return [(list(segments[i + 1]), list(segments[i]), 1) if float(u[i]) < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
             for i in range(len(segments) - 1)]
-''',
+""",
 }
-PARTIAL_FAILS = {"factorised-small", "factorised-width", "schedule-small", "schedule-edges", "count-base", "count-random",
-                 "sop-small", "sop-edges"}
+PARTIAL_FAILS = {
+    "factorised-small",
+    "factorised-width",
+    "schedule-small",
+    "schedule-edges",
+    "count-base",
+    "count-random",
+    "sop-small",
+    "sop-edges",
+}
 
 REWRITTEN = {
-    EMB: '''
+    EMB: """
 import torch.nn.functional as F
 
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
@@ -241,8 +317,8 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
     x = F.embedding(input_ids, word_table) + F.embedding(types, segment_table)
     x = x + F.embedding(torch.arange(n).expand(batch, n), position_table)
     return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, eps), proj_weight, proj_bias)
-''',
-    SCHED: '''
+""",
+    SCHED: """
 def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
     L, G, K = num_hidden_layers, num_hidden_groups, inner_group_num
     if G < 1 or G > L:
@@ -250,7 +326,7 @@ def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
     if K < 1:
         raise ValueError(f"inner_group_num={K} < 1")
     return [(math.floor(i / (L / G)), j) for i in range(L) for j in range(K)]
-''',
+""",
     COUNT: '''
 def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
     """Every weight's shape, multiplied out."""
@@ -270,7 +346,7 @@ def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
     shapes += [(H, H), (H,)]
     return sum(math.prod(s) for s in shapes)
 ''',
-    SOP: '''
+    SOP: """
 def sentence_order_pairs(segments, seed):
     g = torch.Generator()
     g.manual_seed(seed)
@@ -281,7 +357,7 @@ def sentence_order_pairs(segments, seed):
         else:
             out.append((list(left), list(right), 0))
     return out
-''',
+""",
 }
 
 
@@ -289,8 +365,10 @@ def _lookup_schedule() -> str:
     """A student who printed the visible check's results and returns them from a table, with
     one group for every other input."""
     ref = reference()["layer_schedule"]
-    seen = {args: ref(*args) for args in [(12, 1, 1), (4, 2, 1), (3, 3, 2), (6, 4, 1), (18, 14, 1), (5, 2, 3)]}
-    return f'''
+    seen = {
+        args: ref(*args) for args in [(12, 1, 1), (4, 2, 1), (3, 3, 2), (6, 4, 1), (18, 14, 1), (5, 2, 3)]
+    }
+    return f"""
 _SEEN = {seen!r}
 
 def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
@@ -300,33 +378,50 @@ def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
     if num_hidden_groups < 1 or num_hidden_groups > num_hidden_layers or inner_group_num < 1:
         raise ValueError("out of range")
     return [(0, j) for _ in range(num_hidden_layers) for j in range(inner_group_num)]
-'''
+"""
 
 
 GAMING = {
     # hard-codes the visible check's cases: the visible point only
     "schedule_lookup": ({SCHED: _lookup_schedule()}, {"schedule-small"}),
     # counts for sharing="all" whatever the mode (and never refuses one): only the published, all-shared sizes
-    "count_only_all": ({COUNT: '''
+    "count_only_all": (
+        {
+            COUNT: """
 def count_albert_parameters(V, E, H, L, I, P=512, T=2, sharing="all"):
     return (V + P + T) * E + 2 * E + E * H + H + 4 * H * H + 6 * H + 2 * H * I + I + 3 * H + H * H + H
-'''}, {"count-published"}),
+"""
+        },
+        {"count-published"},
+    ),
     # the right structure and statistics (adjacent pairs, labels matching the order, half swapped), but
     # not the draws of the seed: alternates instead
-    "sop_alternating": ({SOP: '''
+    "sop_alternating": (
+        {
+            SOP: """
 def sentence_order_pairs(segments, seed):
     return [(list(segments[i + 1]), list(segments[i]), 1) if i % 2 else (list(segments[i]), list(segments[i + 1]), 0)
             for i in range(len(segments) - 1)]
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # fair coins, but from the global generator: not the seed's pairs
-    "sop_global_rng": ({SOP: '''
+    "sop_global_rng": (
+        {
+            SOP: """
 def sentence_order_pairs(segments, seed):
     u = torch.rand(max(len(segments) - 1, 0))
     return [(list(segments[i + 1]), list(segments[i]), 1) if u[i] < 0.5 else (list(segments[i]), list(segments[i + 1]), 0)
             for i in range(len(segments) - 1)]
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # the LayerNorm after the projection (over H): the tempting mistake, nothing passes
-    "norm_after_projection": ({EMB: '''
+    "norm_after_projection": (
+        {
+            EMB: """
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
                       proj_weight, proj_bias, eps=1e-12):
     n = input_ids.shape[1]
@@ -336,13 +431,18 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
     x = (word_table[input_ids] + position_table[:n] + segment_table[types]) @ proj_weight.T + proj_bias
     x = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
     return x * gamma.mean() + beta.mean()
-'''}, set()),
+"""
+        },
+        set(),
+    ),
 }
 
 
 MISTAKES = {  # honest mistakes, with the points they keep
     # swaps when u_i >= 0.5 (labels consistent with the order): other pairs than the reference's: 0 of 3
-    "sop_swaps_when_u_at_least_half": ({SOP: """
+    "sop_swaps_when_u_at_least_half": (
+        {
+            SOP: """
 def sentence_order_pairs(segments, seed):
     g = torch.Generator().manual_seed(seed)
     if len(segments) < 2:
@@ -353,9 +453,14 @@ def sentence_order_pairs(segments, seed):
         a, b = list(segments[i]), list(segments[i + 1])
         out.append((a, b, 0) if u[i] < 0.5 else (b, a, 1))
     return out
-"""}, set()),
+"""
+        },
+        set(),
+    ),
     # eps ignored (always 1e-12): right unless the sums are small next to eps: 2 of 3
-    "embeddings_ignore_eps": ({EMB: """
+    "embeddings_ignore_eps": (
+        {
+            EMB: """
 import torch.nn.functional as F
 
 def albert_embeddings(input_ids, token_type_ids, word_table, position_table, segment_table, gamma, beta,
@@ -366,13 +471,18 @@ def albert_embeddings(input_ids, token_type_ids, word_table, position_table, seg
     types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
     x = word_table[input_ids] + position_table[:n] + segment_table[types]
     return F.linear(F.layer_norm(x, (x.shape[-1],), gamma, beta, 1e-12), proj_weight, proj_bias)
-"""}, {"factorised-small", "factorised-sizes"}),
+"""
+        },
+        {"factorised-small", "factorised-sizes"},
+    ),
 }
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, {**GAMING, **MISTAKES})
+    return CHAPTER.grade_cases(
+        tmp_path_factory, PARTIAL, REWRITTEN, {COUNT: REWRITTEN[COUNT]}, {**GAMING, **MISTAKES}
+    )
 
 
 EXPECTED = [
@@ -410,10 +520,24 @@ def test_visible_checks_give_the_grader_verdict_at_home(graded):
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('course_lib.models.albert.AlbertModel', 'course_lib.models.albert.AlbertConfig', 'course_lib.studies.albert.AlbertConfig', 'course_lib.nn.count_parameters', 'transformers.AlbertConfig')
+MUST_FORBID = (
+    "course_lib.models.albert.AlbertModel",
+    "course_lib.models.albert.AlbertConfig",
+    "course_lib.studies.albert.AlbertConfig",
+    "course_lib.nn.count_parameters",
+    "transformers.AlbertConfig",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'albert_model_parameters': ('count-parameters-answer', "def count_albert_parameters(V, E, H, L, I, P=512, T=2, *args, **kwargs):\n    from course_lib.models.albert import AlbertConfig, AlbertModel\n    config = AlbertConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, intermediate_size=I, max_position_embeddings=P, type_vocab_size=T, num_attention_heads=1, num_hidden_groups=1 if kwargs.get('sharing', 'all') == 'all' else L)\n    return sum(p.numel() for p in AlbertModel(config).parameters())\n", 'count-base'),
-    'transformers_albert': ('count-parameters-answer', "def count_albert_parameters(V, E, H, L, I, P=512, T=2, *args, **kwargs):\n    from transformers import AlbertConfig, AlbertModel\n    config = AlbertConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, intermediate_size=I, max_position_embeddings=P, type_vocab_size=T, num_attention_heads=1, num_hidden_groups=1 if kwargs.get('sharing', 'all') == 'all' else L)\n    return AlbertModel(config).num_parameters()\n", 'count-base'),
+    "albert_model_parameters": (
+        "count-parameters-answer",
+        "def count_albert_parameters(V, E, H, L, I, P=512, T=2, *args, **kwargs):\n    from course_lib.models.albert import AlbertConfig, AlbertModel\n    config = AlbertConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, intermediate_size=I, max_position_embeddings=P, type_vocab_size=T, num_attention_heads=1, num_hidden_groups=1 if kwargs.get('sharing', 'all') == 'all' else L)\n    return sum(p.numel() for p in AlbertModel(config).parameters())\n",
+        "count-base",
+    ),
+    "transformers_albert": (
+        "count-parameters-answer",
+        "def count_albert_parameters(V, E, H, L, I, P=512, T=2, *args, **kwargs):\n    from transformers import AlbertConfig, AlbertModel\n    config = AlbertConfig(vocab_size=V, embedding_size=E, hidden_size=H, num_hidden_layers=L, intermediate_size=I, max_position_embeddings=P, type_vocab_size=T, num_attention_heads=1, num_hidden_groups=1 if kwargs.get('sharing', 'all') == 'all' else L)\n    return AlbertModel(config).num_parameters()\n",
+        "count-base",
+    ),
 }
 
 
@@ -424,7 +548,10 @@ def _count_route_works(route, source):
     ours = reference()["count_albert_parameters"]
     for sharing in ("all", "none"):
         args = (30000, 128, 768, 12, 3072)
-        assert ns["count_albert_parameters"](*args, sharing=sharing) == ours(*args, sharing=sharing), (route, sharing)
+        assert ns["count_albert_parameters"](*args, sharing=sharing) == ours(*args, sharing=sharing), (
+            route,
+            sharing,
+        )
 
 
 (
@@ -437,8 +564,16 @@ def test_a_flipped_sentence_order_is_explained(graded):
     """The visible SOP check first tries equal segments, where only the labels can differ: the
     failure names the label of the first wrong pair (not "result[0][0] has 2 items"); the
     check's comment, shown at home, says what the label must be."""
-    message = {c["id"]: c["message"] for c in graded["sop_swaps_when_u_at_least_half"][1]["checks"]}["sop-small"]
-    assert message.startswith("sentence_order_pairs(segments=list of 5, seed=0): the result[0][2] is 0"), message
+    message = {c["id"]: c["message"] for c in graded["sop_swaps_when_u_at_least_half"][1]["checks"]}[
+        "sop-small"
+    ]
+    assert message.startswith("sentence_order_pairs(segments=list of 5, seed=0): the result[0][2] is 0"), (
+        message
+    )
     assert "exactly when its draw u_i < 0.5" in cell_source(
-        next(c for c in tagged_cells(json.loads(EXERCISE.read_text()), "check") if c["metadata"]["course"]["id"] == "sop-small")
+        next(
+            c
+            for c in tagged_cells(json.loads(EXERCISE.read_text()), "check")
+            if c["metadata"]["course"]["id"] == "sop-small"
+        )
     )

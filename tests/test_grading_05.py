@@ -11,10 +11,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, answer_sources, cell_source, forbid_rule_tests, tagged_cells
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter, answer_sources, cell_source, tagged_cells
 
 CHAPTER = Chapter("05_ar_ae")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -29,8 +28,15 @@ ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
 VISIBLE = ["ar-small", "mlm-small", "pair-small"]
 FORBID = ("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss")
 MASK = 4  # the tiny models' [MASK] id
-TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-            max_position_embeddings=32, initializer_range=0.2)
+TINY = dict(
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=32,
+    initializer_range=0.2,
+)
 
 
 # --- format and release ----------------------------------------------------------------------
@@ -38,7 +44,9 @@ TINY = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_he
 
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
-    assert a.name == "05_ar_ae" and a.title == "Chapter 5: autoregressive vs autoencoding" and a.max_points == 10
+    assert (
+        a.name == "05_ar_ae" and a.title == "Chapter 5: autoregressive vs autoencoding" and a.max_points == 10
+    )
     assert [e.id for e in a.exercises] == list(CHECKS)
     assert [e.points for e in a.exercises] == [3, 3, 4]
     assert [c.id for c in a.checks] == ALL_CHECKS
@@ -46,7 +54,9 @@ def test_solution_notebook_is_valid_and_released():
     assert all(c.points == 1 for c in a.checks)
     assert set(FORBID) <= set(a.forbid)  # as in chapter 3: the losses are the exercise
     assert [e.functions for e in a.exercises] == [
-        ("ar_log_likelihood",), ("masked_lm_loss",), ("independent_pair_joint", "inconsistent_mass")
+        ("ar_log_likelihood",),
+        ("masked_lm_loss",),
+        ("independent_pair_joint", "inconsistent_mass"),
     ]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
@@ -98,7 +108,9 @@ def test_reference_masked_lm_loss_matches_bert_masked_lm_loss():
         m.view(-1)[0] = True
         labels = ids.masked_fill(~m, -100)
         torch.testing.assert_close(ours(logits, ids, m), masked_lm_loss(logits, labels), rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(ours(logits, ids, m.long()), masked_lm_loss(logits, labels), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            ours(logits, ids, m.long()), masked_lm_loss(logits, labels), rtol=1e-5, atol=1e-6
+        )
     # nothing masked: 0, as the training loss (and chapter 3's mlm_loss): one rule in the course
     assert float(masked_lm_loss(logits, torch.full_like(ids, -100))) == 0.0
     nothing = ours(logits, ids, torch.zeros_like(m))
@@ -113,7 +125,11 @@ def test_reference_pair_joint_matches_pair_joint_on_a_masked_lm():
     model = BertForMaskedLM(BertConfig(**TINY)).eval()
     ours = reference()["independent_pair_joint"]
     ids, _ = _padded_batch(40, lengths=(9,))
-    for (i, j), ci, cj in [((2, 3), [5, 9, 17], [6, 30]), ((1, 7), [8], [8, 8, 21, 39]), ((4, 5), list(range(5, 40)), [11])]:
+    for (i, j), ci, cj in [
+        ((2, 3), [5, 9, 17], [6, 30]),
+        ((1, 7), [8], [8, 8, 21, 39]),
+        ((4, 5), list(range(5, 40)), [11]),
+    ]:
         x = ids.clone()
         x[0, [i, j]] = MASK
         with torch.no_grad():
@@ -132,9 +148,16 @@ def test_reference_inconsistent_mass_matches_course_lib():
         rows, cols = (int(torch.randint(1, 7, (), generator=g)) for _ in range(2))
         grid = torch.rand(rows, cols, generator=g) * (torch.rand(rows, cols, generator=g) < 0.8) + 1e-3
         n = int(torch.randint(0, rows * cols + 2, (), generator=g))
-        pairs = list(zip(torch.randint(rows, (n,), generator=g).tolist(), torch.randint(cols, (n,), generator=g).tolist()))
+        pairs = list(
+            zip(
+                torch.randint(rows, (n,), generator=g).tolist(),
+                torch.randint(cols, (n,), generator=g).tolist(),
+            )
+        )
         got = ours(grid, pairs)
-        assert isinstance(got, float) and got == pytest.approx(inconsistent_mass(grid, set(pairs)), rel=1e-6, abs=1e-7)
+        assert isinstance(got, float) and got == pytest.approx(
+            inconsistent_mass(grid, set(pairs)), rel=1e-6, abs=1e-7
+        )
         assert ours(grid, set(pairs)) == got
     city = torch.tensor([[4.0, 2.0], [2.0, 1.0]])  # New/Los x York/Angeles, p_i = p_j = (2/3, 1/3)
     assert ours(city, {(0, 0), (1, 1)}) == pytest.approx(4 / 9) == inconsistent_mass(city, {(0, 0), (1, 1)})
@@ -148,22 +171,22 @@ def test_reference_inconsistent_mass_matches_course_lib():
 
 PARTIAL = {
     # log(softmax(...)) instead of log_softmax: -inf for unlikely tokens under large logits
-    AR: '''
+    AR: """
 def ar_log_likelihood(logits, input_ids, attention_mask=None):
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     p = torch.softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
     return torch.where(attention_mask[:, 1:].bool(), torch.log(p), torch.zeros_like(p)).sum(-1)
-''',
+""",
     # nothing masked gives the mean of nothing, NaN, instead of 0
-    MLM: '''
+    MLM: """
 def masked_lm_loss(logits, original_ids, mask_indicator):
     m = mask_indicator.bool()
     logp = torch.log_softmax(logits, dim=-1).gather(-1, original_ids[..., None]).squeeze(-1)
     return -logp[m].mean()
-''',
+""",
     # the product in probability space: right, until every candidate is very unlikely (0 / 0)
-    PAIR: '''
+    PAIR: """
 def independent_pair_joint(log_p_i, log_p_j, candidates_i, candidates_j):
     if not candidates_i or not candidates_j:
         raise ValueError("empty candidate list")
@@ -180,7 +203,7 @@ def inconsistent_mass(grid, consistent):
     if float(grid.sum()) <= 0:
         raise ValueError("empty grid")
     return float(grid[~ok].sum() / grid.sum())
-''',
+""",
 }
 PARTIAL_FAILS = {"ar-edges", "mlm-small", "mlm-edges", "pair-edges"}
 
@@ -199,7 +222,7 @@ def ar_log_likelihood(logits, input_ids, attention_mask=None):
         total = total + torch.where(mask[:, t] != 0, step, torch.zeros_like(step))
     return total
 ''',
-    MLM: '''
+    MLM: """
 def masked_lm_loss(logits, original_ids, mask_indicator):
     m = mask_indicator.reshape(-1) != 0
     if not bool(m.any()):
@@ -208,7 +231,7 @@ def masked_lm_loss(logits, original_ids, mask_indicator):
     y = original_ids.reshape(-1)[m]
     nll = torch.logsumexp(z, dim=-1) - z[torch.arange(len(y)), y]
     return nll.mean()
-''',
+""",
     PAIR: '''
 def independent_pair_joint(log_p_i, log_p_j, candidates_i, candidates_j):
     """Each marginal renormalised over its candidates, then their outer product: the same grid."""
@@ -243,11 +266,15 @@ def _lookup_ar() -> str:
         seen[_key(logits, input_ids, attention_mask)] = out.tolist()
         return out
 
-    check = next(c for c in tagged_cells(json.loads(SOLUTION.read_text()), "check") if c["metadata"]["course"]["id"] == "ar-small")
+    check = next(
+        c
+        for c in tagged_cells(json.loads(SOLUTION.read_text()), "check")
+        if c["metadata"]["course"]["id"] == "ar-small"
+    )
     ns = {**reference(), "ar_log_likelihood": recording}
     exec(compile(cell_source(check), "<ar-small>", "exec"), ns)
     assert len(seen) >= 5
-    return f'''
+    return f"""
 _SEEN = {seen!r}
 
 
@@ -261,7 +288,7 @@ def ar_log_likelihood(logits, input_ids, attention_mask=None):
     if key in _SEEN:
         return torch.tensor(_SEEN[key], dtype=logits.dtype)
     return torch.zeros(logits.shape[0], dtype=logits.dtype)
-'''
+"""
 
 
 def _key(logits, input_ids, attention_mask):
@@ -277,7 +304,7 @@ def _copied_expected_mlm() -> str:
     cell = next(c for c in tagged_cells(ex, "check") if c["metadata"]["course"]["id"] == "mlm-small")
     blob = "".join(re.findall(r"    '([A-Za-z0-9+/=]*)'\n", cell_source(cell) + "\n"))
     assert len(blob) > 100
-    return f'''
+    return f"""
 import base64
 import hashlib
 import json
@@ -303,7 +330,7 @@ def masked_lm_loss(logits, original_ids, mask_indicator):
     value = entry["value"]
     data = bytearray(base64.b64decode(value["data"]))
     return torch.frombuffer(data, dtype=getattr(torch, value["dtype"])).reshape(value["shape"]).clone()
-'''
+"""
 
 
 GAMING = {
@@ -312,22 +339,31 @@ GAMING = {
     # reads the expected values packed into the released visible check: the visible point only
     "mlm_copied_expected": ({MLM: _copied_expected_mlm()}, {"mlm-small"}),
     # constants: nothing
-    "constants": ({AR: '''
+    "constants": (
+        {
+            AR: """
 def ar_log_likelihood(logits, input_ids, attention_mask=None):
     return torch.zeros(logits.shape[0], dtype=logits.dtype)
-''', MLM: '''
+""",
+            MLM: """
 def masked_lm_loss(logits, original_ids, mask_indicator):
     return torch.tensor(math.log(logits.shape[-1]), dtype=logits.dtype)  # the uniform guess
-''', PAIR: '''
+""",
+            PAIR: """
 def independent_pair_joint(log_p_i, log_p_j, candidates_i, candidates_j):
     return torch.full((len(candidates_i), len(candidates_j)), 1.0 / (len(candidates_i) * len(candidates_j)))
 
 
 def inconsistent_mass(grid, consistent):
     return 0.5
-'''}, set()),
+""",
+        },
+        set(),
+    ),
     # right, but with the loss functions the assignment turns off: nothing
-    "cross_entropy": ({AR: '''
+    "cross_entropy": (
+        {
+            AR: """
 import torch.nn.functional as F
 
 def ar_log_likelihood(logits, input_ids, attention_mask=None):
@@ -335,7 +371,8 @@ def ar_log_likelihood(logits, input_ids, attention_mask=None):
     labels = input_ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
     nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), labels, ignore_index=-100, reduction="none")
     return -nll.sum(-1)
-''', MLM: '''
+""",
+            MLM: """
 import torch.nn.functional as F
 
 def masked_lm_loss(logits, original_ids, mask_indicator):
@@ -343,16 +380,29 @@ def masked_lm_loss(logits, original_ids, mask_indicator):
     if not bool(m.any()):
         raise ValueError("no position is masked")
     return F.cross_entropy(logits[m], original_ids[m])
-'''}, set()),
+""",
+        },
+        set(),
+    ),
     # the tempting mistakes: padding counted in the chain rule (nothing), the product not renormalised
     # over the candidate pairs (only the share of the mass, written right, passes)
-    "ar_counts_padding": ({AR: '''
+    "ar_counts_padding": (
+        {
+            AR: """
 def ar_log_likelihood(logits, input_ids, attention_mask=None):
     logp = torch.log_softmax(logits[:, :-1], dim=-1)
     return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1).sum(-1)
-'''}, set()),
-    "pair_not_renormalised": ({PAIR: PARTIAL[PAIR].replace("return grid / grid.sum()", "return grid")}, {"pair-mass-random"}),
+"""
+        },
+        set(),
+    ),
+    "pair_not_renormalised": (
+        {PAIR: PARTIAL[PAIR].replace("return grid / grid.sum()", "return grid")},
+        {"pair-mass-random"},
+    ),
 }
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     return CHAPTER.grade_cases(tmp_path_factory, PARTIAL, REWRITTEN, {PAIR: REWRITTEN[PAIR]}, GAMING)
@@ -380,7 +430,11 @@ def test_gaming_gets_at_most_the_visible_points(graded):
         _, rep, _ = graded[name]
         assert rep["points"] <= 1, name
     _, rep, _ = graded["cross_entropy"]
-    assert all("may not be used in this assignment" in c["message"] for c in rep["checks"] if c["exercise"] != "pair-joint")
+    assert all(
+        "may not be used in this assignment" in c["message"]
+        for c in rep["checks"]
+        if c["exercise"] != "pair-joint"
+    )
     for name in ("ar_lookup", "mlm_copied_expected", "constants"):
         for c in graded[name][1]["checks"]:  # hidden checks' messages show no expected values
             if c["hidden"]:
@@ -391,14 +445,25 @@ def test_visible_checks_give_the_grader_verdict_at_home(graded):
     CHAPTER.assert_home_verdicts(graded)
     # a forbidden function fails at home as in the grader (the released course-forbid cell)
     assert not CHAPTER.home_verdicts(answer_sources(graded["cross_entropy"][2]))["ar-small"]
-    assert torch.nn.functional.cross_entropy(torch.zeros(1, 2), torch.tensor([0])) > 0  # and is back afterwards
+    assert (
+        torch.nn.functional.cross_entropy(torch.zeros(1, 2), torch.tensor([0])) > 0
+    )  # and is back afterwards
 
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('torch.nn.functional.nll_loss', 'torch._C._nn.nll_loss_nd', 'course_lib.models.bert.masked_lm_loss', 'course_lib.analysis.inconsistent_mass')
+MUST_FORBID = (
+    "torch.nn.functional.nll_loss",
+    "torch._C._nn.nll_loss_nd",
+    "course_lib.models.bert.masked_lm_loss",
+    "course_lib.analysis.inconsistent_mass",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'distill_masked_lm_loss': ('masked-lm-loss-answer', "import torch\nfrom course_lib.recipes.distill import masked_lm_loss as _mlm\n\ndef masked_lm_loss(logits, original_ids, mask_indicator):\n    return _mlm(logits, torch.where(mask_indicator.bool(), original_ids, -100))\n", 'mlm-small'),
+    "distill_masked_lm_loss": (
+        "masked-lm-loss-answer",
+        "import torch\nfrom course_lib.recipes.distill import masked_lm_loss as _mlm\n\ndef masked_lm_loss(logits, original_ids, mask_indicator):\n    return _mlm(logits, torch.where(mask_indicator.bool(), original_ids, -100))\n",
+        "mlm-small",
+    ),
 }
 
 

@@ -10,10 +10,9 @@ import re
 
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, answer_sources, cell_source, forbid_rule_tests, tagged_cells
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter, answer_sources, cell_source, tagged_cells
 
 CHAPTER = Chapter("06_xlnet")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -46,7 +45,12 @@ def test_solution_notebook_is_valid_and_released():
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 8
     assert {c.id: c.points for c in a.checks if c.points != 1} == {"reach-random": 2}
     assert set(FORBID) <= set(a.forbid)
-    assert [e.functions for e in a.exercises] == [("perm_mask_from_order",), ("rel_shift",), ("update_memory",), ("farthest_context",)]
+    assert [e.functions for e in a.exercises] == [
+        ("perm_mask_from_order",),
+        ("rel_shift",),
+        ("update_memory",),
+        ("farthest_context",),
+    ]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
     stubs = [cell_source(c) for c in tagged_cells(ex, "answer")]
@@ -76,7 +80,9 @@ def test_reference_perm_mask_matches_permutation_masks():
     paper = [2, 1, 3, 0]  # 3 -> 2 -> 4 -> 1: each row sees the order's context of its position
     grid = ours(torch.tensor([paper]))[0]
     for position in range(4):
-        assert sorted(torch.nonzero(grid[position] == 0).flatten().tolist()) == sorted(order_context(paper, position))
+        assert sorted(torch.nonzero(grid[position] == 0).flatten().tolist()) == sorted(
+            order_context(paper, position)
+        )
 
 
 def test_reference_perm_mask_gives_the_models_query_and_content_masks():
@@ -93,7 +99,9 @@ def test_reference_perm_mask_gives_the_models_query_and_content_masks():
     ids = torch.zeros(3, 7, dtype=torch.long)
     for mem_len in (0, 2):
         content, query = XLNetModel.attention_masks(ids, mem_len, real, None, perm)
-        assert bool(query[:, 0, :, :mem_len].all()) and bool(content[:, 0, :, :mem_len].all())  # memory: visible
+        assert bool(query[:, 0, :, :mem_len].all()) and bool(
+            content[:, 0, :, :mem_len].all()
+        )  # memory: visible
         assert torch.equal(query[:, 0, :, mem_len:], perm == 0)
         assert torch.equal(content[:, 0, :, mem_len:], (perm == 0) | torch.eye(7, dtype=torch.bool))
 
@@ -103,7 +111,14 @@ def test_reference_rel_shift_matches_course_lib():
 
     ours = reference()["rel_shift"]
     g = torch.Generator().manual_seed(2)
-    for lead, q_len, mem_len in [((), 1, 0), ((), 4, 0), ((2,), 3, 5), ((2, 3), 7, 2), ((1, 4), 16, 16), ((3,), 1, 9)]:
+    for lead, q_len, mem_len in [
+        ((), 1, 0),
+        ((), 4, 0),
+        ((2,), 3, 5),
+        ((2, 3), 7, 2),
+        ((1, 4), 16, 16),
+        ((3,), 1, 9),
+    ]:
         k_len = mem_len + q_len
         scores = torch.rand(*lead, q_len, k_len + q_len, generator=g)
         got = ours(scores, k_len)
@@ -140,7 +155,9 @@ def test_reference_update_memory_matches_xlnet_mems():
     # every state in course_lib's XLNet (as in Hugging Face's XLNetModel)
     h = torch.randn(3, 2, 16)
     assert ours(None, h, 0) is None and ours(mems[0], h, 0) is None
-    model0 = XLNetModel(XLNetConfig(vocab_size=50, d_model=16, n_layer=1, n_head=2, d_inner=32, mem_len=0)).eval()
+    model0 = XLNetModel(
+        XLNetConfig(vocab_size=50, d_model=16, n_layer=1, n_head=2, d_inner=32, mem_len=0)
+    ).eval()
     assert model0(torch.randint(50, (2, 3)), use_mems=True).mems[0].shape == (3, 2, 16)
 
 
@@ -148,26 +165,33 @@ def test_reference_update_memory_matches_xlnet_mems():
 
 PARTIAL = {
     # the ranks by argsort: right for rows without padding, wrong once -1 entries sort first
-    PERM: '''
+    PERM: """
 def perm_mask_from_order(order):
     ranks = order.argsort(dim=1)  # the step of each position (when every position is in the order)
     return (ranks[:, None, :] >= ranks[:, :, None]).float()
-''',
+""",
     # the reshaping trick with the memory forgotten: q_len keys instead of k_len
-    SHIFT: '''
+    SHIFT: """
 def rel_shift(scores, k_len):
     *lead, q_len, width = scores.shape
     x = scores.reshape(*lead, width, q_len)[..., 1:, :]
     return x.reshape(*lead, q_len, width - 1)[..., :q_len]
-''',
+""",
     # x[-0:] is all of x: mem_len = 0 keeps everything instead of no memory
-    MEM: '''
+    MEM: """
 def update_memory(mems, hidden, mem_len):
     states = hidden if mems is None else torch.cat([mems, hidden], dim=0)
     return states[-mem_len:].detach()
-''',
+""",
 }
-PARTIAL_FAILS = {"perm-small", "perm-random", "shift-small", "shift-memory-random", "memory-small", "memory-short"}
+PARTIAL_FAILS = {
+    "perm-small",
+    "perm-random",
+    "shift-small",
+    "shift-memory-random",
+    "memory-small",
+    "memory-short",
+}
 
 REWRITTEN = {
     REACH: """
@@ -232,11 +256,15 @@ def _lookup_perm() -> str:
         seen[repr(order.tolist())] = out.tolist()
         return out
 
-    check = next(c for c in tagged_cells(json.loads(SOLUTION.read_text()), "check") if c["metadata"]["course"]["id"] == "perm-small")
+    check = next(
+        c
+        for c in tagged_cells(json.loads(SOLUTION.read_text()), "check")
+        if c["metadata"]["course"]["id"] == "perm-small"
+    )
     ns = {**reference(), "perm_mask_from_order": recording}
     exec(compile(cell_source(check), "<perm-small>", "exec"), ns)
     assert len(seen) >= 5
-    return f'''
+    return f"""
 _SEEN = {seen!r}
 
 
@@ -245,7 +273,7 @@ def perm_mask_from_order(order):
     if key in _SEEN:
         return torch.tensor(_SEEN[key], dtype=torch.float32)
     return torch.ones(order.shape[0], order.shape[1], order.shape[1])
-'''
+"""
 
 
 def _copied_expected_shift() -> str:
@@ -256,7 +284,7 @@ def _copied_expected_shift() -> str:
     cell = next(c for c in tagged_cells(ex, "check") if c["metadata"]["course"]["id"] == "shift-small")
     blob = "".join(re.findall(r"    '([A-Za-z0-9+/=]*)'\n", cell_source(cell) + "\n"))
     assert len(blob) > 100
-    return f'''
+    return f"""
 import base64
 import hashlib
 import json
@@ -280,7 +308,7 @@ def rel_shift(scores, k_len):
     value = entry["value"]
     data = bytearray(base64.b64decode(value["data"]))
     return torch.frombuffer(data, dtype=getattr(torch, value["dtype"])).reshape(value["shape"]).clone()
-'''
+"""
 
 
 GAMING = {
@@ -289,55 +317,87 @@ GAMING = {
     # reads the expected values packed into the released visible check: the visible point only
     "shift_copied_expected": ({SHIFT: _copied_expected_shift()}, {"shift-small"}),
     # constants: nothing
-    "constants": ({PERM: '''
+    "constants": (
+        {
+            PERM: """
 def perm_mask_from_order(order):
     return torch.ones(order.shape[0], order.shape[1], order.shape[1])  # everything hidden
-''', SHIFT: '''
+""",
+            SHIFT: """
 def rel_shift(scores, k_len):
     return torch.zeros(*scores.shape[:-1], k_len, dtype=scores.dtype)
-''', MEM: '''
+""",
+            MEM: """
 def update_memory(mems, hidden, mem_len):
     return hidden.detach()
-'''}, set()),
+""",
+        },
+        set(),
+    ),
     # course_lib's own functions: not importable in the grader, turned off at home: nothing
-    "course_lib": ({PERM: '''
+    "course_lib": (
+        {
+            PERM: """
 from course_lib.objectives.permutation import permutation_masks
 
 
 def perm_mask_from_order(order):
     return permutation_masks(order).perm_mask
-''', SHIFT: '''
+""",
+            SHIFT: """
 from course_lib.models.xlnet import rel_shift as _library_shift
 
 
 def rel_shift(scores, k_len):
     return _library_shift(scores, k_len)
-'''}, set()),
+""",
+        },
+        set(),
+    ),
 }
 
 MISTAKES = {
     # the content stream's mask (the diagonal cleared): a query would see the token it predicts
-    "content_stream_mask": ({PERM: REWRITTEN[PERM].replace(
-        "hidden = rank[:, None, :] >= rank[:, :, None]", "hidden = rank[:, None, :] > rank[:, :, None]")}, set()),
+    "content_stream_mask": (
+        {
+            PERM: REWRITTEN[PERM].replace(
+                "hidden = rank[:, None, :] >= rank[:, :, None]",
+                "hidden = rank[:, None, :] > rank[:, :, None]",
+            )
+        },
+        set(),
+    ),
     # each row shifted by i instead of q_len - i
-    "mirrored_shift": ({SHIFT: '''
+    "mirrored_shift": (
+        {
+            SHIFT: """
 def rel_shift(scores, k_len):
     q_len = scores.shape[-2]
     rows, keys = torch.arange(q_len)[:, None], torch.arange(k_len)[None, :]
     return scores.gather(-1, (keys + rows).expand(*scores.shape[:-1], k_len))
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # the first mem_len states kept instead of the last: right only while nothing has to leave,
     # and every check makes a state leave
-    "memory_oldest_kept": ({MEM: '''
+    "memory_oldest_kept": (
+        {
+            MEM: """
 def update_memory(mems, hidden, mem_len):
     if mem_len == 0:
         return None
     states = hidden if mems is None else torch.cat([mems, hidden], dim=0)
     return states[:mem_len].detach()
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # a ring buffer written in place once the memory is full: right values, but the caller's
     # old memory changes under it
-    "memory_in_place": ({MEM: '''
+    "memory_in_place": (
+        {
+            MEM: """
 def update_memory(mems, hidden, mem_len):
     if mem_len == 0:
         return None
@@ -349,27 +409,40 @@ def update_memory(mems, hidden, mem_len):
         mems[:-s] = mems[s:].clone()
         mems[-s:] = hidden
     return mems
-'''}, {"memory-stream", "memory-short"}),
+"""
+        },
+        {"memory-stream", "memory-short"},
+    ),
     # no .detach(): right values, but the memory still requires grad. Tensors cross the wire
     # with their requires_grad flag, so the visible check and memory-inputs (which pass states
     # that require grad) fail it, at home as in the grader: 2 of the exercise's 4 points lost
-    "memory_not_detached": ({MEM: '''
+    "memory_not_detached": (
+        {
+            MEM: """
 def update_memory(mems, hidden, mem_len):
     if mem_len == 0:
         return None
     states = hidden if mems is None else torch.cat([mems, hidden], dim=0)
     return states[-mem_len:]
-'''}, {"memory-stream", "memory-short"}),
+"""
+        },
+        {"memory-stream", "memory-short"},
+    ),
     # "detaches" the caller's states in place: the memory does not require grad, but hidden no
     # longer does either (the sandbox reports the flag changed, the check's hidden changes too)
-    "memory_detaches_hidden": ({MEM: '''
+    "memory_detaches_hidden": (
+        {
+            MEM: """
 def update_memory(mems, hidden, mem_len):
     if mem_len == 0:
         return None
     hidden.detach_()
     states = hidden if mems is None else torch.cat([mems, hidden], dim=0)
     return states[-mem_len:]
-'''}, {"memory-small", "memory-stream", "memory-short"}),
+"""
+        },
+        {"memory-small", "memory-stream", "memory-short"},
+    ),
 }
 
 
@@ -387,10 +460,16 @@ REACH_MISTAKES = {  # readings of "O(N x L)" that skip the reasoning about segme
     "reach_from_the_query": ({REACH: _checked("    return max(0, position - n_layers * mem_len)\n")}, set()),
     # the segment's start once, then L memories: forgets that each memory state sits in an older segment
     "reach_one_segment_start": (
-        {REACH: _checked("    return max(0, position // seg_len * seg_len - n_layers * mem_len)\n")}, set()),
+        {REACH: _checked("    return max(0, position // seg_len * seg_len - n_layers * mem_len)\n")},
+        set(),
+    ),
     # one previous segment per layer, whatever mem_len
     "reach_segment_per_layer": (
-        {REACH: _checked("    return max(0, (position // seg_len - n_layers) * seg_len) if mem_len else position // seg_len * seg_len\n")},
+        {
+            REACH: _checked(
+                "    return max(0, (position // seg_len - n_layers) * seg_len) if mem_len else position // seg_len * seg_len\n"
+            )
+        },
         set(),
     ),
 }
@@ -450,18 +529,38 @@ def test_a_memory_that_requires_grad_is_explained(graded):
     the hidden check's assert message), and why the in-place detach of hidden does."""
     checks = {c["id"]: c for c in graded["memory_not_detached"][1]["checks"]}
     for check in ("memory-small", "memory-inputs"):
-        assert "the new memory requires grad: detach it (.detach())" in checks[check]["message"], checks[check]["message"]
+        assert "the new memory requires grad: detach it (.detach())" in checks[check]["message"], checks[
+            check
+        ]["message"]
     message = {c["id"]: c["message"] for c in graded["memory_detaches_hidden"][1]["checks"]}["memory-inputs"]
     assert "detached hidden in place" in message, message
 
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('course_lib.nn.relative.rel_shift', 'course_lib.nn.rel_shift', 'course_lib.nn.update_memory', 'course_lib.models.xlnet.rel_shift', 'transformers.models.xlnet.modeling_xlnet.XLNetRelativeAttention.rel_shift_bnij')
+MUST_FORBID = (
+    "course_lib.nn.relative.rel_shift",
+    "course_lib.nn.rel_shift",
+    "course_lib.nn.update_memory",
+    "course_lib.models.xlnet.rel_shift",
+    "transformers.models.xlnet.modeling_xlnet.XLNetRelativeAttention.rel_shift_bnij",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'relative_rel_shift': ('rel-shift-answer', 'from course_lib.nn.relative import rel_shift as _shift\n\ndef rel_shift(scores, k_len):\n    return _shift(scores, k_len)\n', 'shift-small'),
-    'nn_update_memory': ('memory-answer', 'from course_lib.nn import update_memory as _update\n\ndef update_memory(mems, hidden, mem_len):\n    return _update(mems, hidden, mem_len, seq_dim=0)\n', 'memory-small'),
-    'transformers_rel_shift_bnij': ('rel-shift-answer', 'from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention\n\ndef rel_shift(scores, k_len):\n    x = scores.reshape(-1, 1, *scores.shape[-2:])\n    return XLNetRelativeAttention.rel_shift_bnij(x, klen=k_len).reshape(*scores.shape[:-1], k_len)\n', 'shift-small'),
+    "relative_rel_shift": (
+        "rel-shift-answer",
+        "from course_lib.nn.relative import rel_shift as _shift\n\ndef rel_shift(scores, k_len):\n    return _shift(scores, k_len)\n",
+        "shift-small",
+    ),
+    "nn_update_memory": (
+        "memory-answer",
+        "from course_lib.nn import update_memory as _update\n\ndef update_memory(mems, hidden, mem_len):\n    return _update(mems, hidden, mem_len, seq_dim=0)\n",
+        "memory-small",
+    ),
+    "transformers_rel_shift_bnij": (
+        "rel-shift-answer",
+        "from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention\n\ndef rel_shift(scores, k_len):\n    x = scores.reshape(-1, 1, *scores.shape[-2:])\n    return XLNetRelativeAttention.rel_shift_bnij(x, klen=k_len).reshape(*scores.shape[:-1], k_len)\n",
+        "shift-small",
+    ),
 }
 
 
@@ -478,9 +577,17 @@ def test_reference_reach_matches_a_transformer_xl():
     from course_lib.models.transfo_xl import TransfoXLConfig, TransfoXLModel
 
     ours = reference()["farthest_context"]
-    for position, n_layers, seg_len, mem_len in [(23, 3, 4, 4), (23, 3, 4, 1), (9, 3, 3, 1), (13, 2, 5, 0), (17, 2, 4, 3)]:
+    for position, n_layers, seg_len, mem_len in [
+        (23, 3, 4, 4),
+        (23, 3, 4, 1),
+        (9, 3, 3, 1),
+        (13, 2, 5, 0),
+        (17, 2, 4, 3),
+    ]:
         torch.manual_seed(0)
-        config = TransfoXLConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=n_layers, d_ff=32, mem_len=mem_len, dropout=0.0)
+        config = TransfoXLConfig(
+            vocab_size=50, d_model=16, n_heads=2, n_layers=n_layers, d_ff=32, mem_len=mem_len, dropout=0.0
+        )
         model = TransfoXLModel(config).eval().double()
         n_segments = position // seg_len + 1
         ids = torch.randint(50, (1, seg_len * n_segments))
@@ -494,5 +601,16 @@ def test_reference_reach_matches_a_transformer_xl():
 
         with torch.no_grad():
             base = top(ids)
-            changed = [q for q in range(position + 1) if not torch.equal(top(ids.index_put((torch.tensor([0]), torch.tensor([q])), (ids[0, q] + 1) % 50)), base)]
-        assert min(changed) == ours(position, n_layers, seg_len, mem_len), (position, n_layers, seg_len, mem_len)
+            changed = [
+                q
+                for q in range(position + 1)
+                if not torch.equal(
+                    top(ids.index_put((torch.tensor([0]), torch.tensor([q])), (ids[0, q] + 1) % 50)), base
+                )
+            ]
+        assert min(changed) == ours(position, n_layers, seg_len, mem_len), (
+            position,
+            n_layers,
+            seg_len,
+            mem_len,
+        )

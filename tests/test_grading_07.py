@@ -10,10 +10,9 @@ import re
 
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, answer_sources, cell_source, forbid_rule_tests, tagged_cells
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter, answer_sources, cell_source, tagged_cells
 
 CHAPTER = Chapter("07_distillation")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -29,8 +28,16 @@ ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
 VISIBLE = ["kd-small", "kd-habits", "attn-small", "layers-small", "temp-small"]
 FORBID = tuple(  # course_lib's own versions: the grader cannot import them, and at home they fail too
     f"course_lib.objectives.distillation.{name}"
-    for name in ("kd_loss", "soft_cross_entropy", "distillation_loss", "softened", "attention_loss",
-                 "hidden_loss", "hint_loss", "uniform_layer_map")
+    for name in (
+        "kd_loss",
+        "soft_cross_entropy",
+        "distillation_loss",
+        "softened",
+        "attention_loss",
+        "hidden_loss",
+        "hint_loss",
+        "uniform_layer_map",
+    )
 )
 
 
@@ -39,7 +46,9 @@ FORBID = tuple(  # course_lib's own versions: the grader cannot import them, and
 
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
-    assert a.name == "07_distillation" and a.title == "Chapter 7: knowledge distillation" and a.max_points == 13
+    assert (
+        a.name == "07_distillation" and a.title == "Chapter 7: knowledge distillation" and a.max_points == 13
+    )
     assert [e.id for e in a.exercises] == list(CHECKS)
     assert [e.points for e in a.exercises] == [5, 3, 2, 3]
     assert [c.id for c in a.checks] == ALL_CHECKS
@@ -47,7 +56,12 @@ def test_solution_notebook_is_valid_and_released():
     # kd-habits is worth 0: it shows at home what kd-teacher and kd-large grade
     assert {c.id: c.points for c in a.checks if c.points != 1} == {"kd-habits": 0, "temp-random": 2}
     assert set(FORBID) <= set(a.forbid)
-    assert [e.functions for e in a.exercises] == [("kd_loss",), ("attention_loss",), ("uniform_layer_map",), ("temperature_for_entropy",)]
+    assert [e.functions for e in a.exercises] == [
+        ("kd_loss",),
+        ("attention_loss",),
+        ("uniform_layer_map",),
+        ("temperature_for_entropy",),
+    ]
     CHAPTER.assert_released()
     ex = json.loads(EXERCISE.read_text())
     stubs = [cell_source(c) for c in tagged_cells(ex, "answer")]
@@ -88,14 +102,22 @@ def test_reference_kd_loss_matches_course_lib():
                 assert torch.allclose(g_ours, g_lib, rtol=1e-6, atol=1e-8)
                 # the gradient kd-gradient expects: T (p_s - p_t) / rows
                 rows = zs.numel() // shape[-1]
-                by_formula = temperature * (torch.softmax(zs / temperature, -1) - torch.softmax(zt / temperature, -1)) / rows
+                by_formula = (
+                    temperature
+                    * (torch.softmax(zs / temperature, -1) - torch.softmax(zt / temperature, -1))
+                    / rows
+                )
                 assert torch.allclose(g_ours, by_formula.detach(), rtol=1e-5, atol=1e-7)
     teacher = torch.randn(3, 4, requires_grad=True)
     assert not ours(torch.randn(3, 4), teacher, 2.0).requires_grad
     big_s, big_t = torch.randn(4, 10, generator=g) * 1000, torch.randn(4, 10, generator=g) * 1000
     big = ours(big_s, big_t, 1.0)
     assert torch.isfinite(big) and torch.allclose(big, distillation.kd_loss(big_s, big_t, 1.0), rtol=1e-6)
-    naive = (torch.softmax(big_t, -1) * (torch.softmax(big_t, -1).log() - torch.softmax(big_s, -1).log())).sum(-1).mean()
+    naive = (
+        (torch.softmax(big_t, -1) * (torch.softmax(big_t, -1).log() - torch.softmax(big_s, -1).log()))
+        .sum(-1)
+        .mean()
+    )
     assert not torch.isfinite(naive)  # what kd-large catches
 
 
@@ -105,15 +127,25 @@ def test_reference_attention_loss_matches_course_lib():
     ours = reference()["attention_loss"]
     g = torch.Generator().manual_seed(1)
     for _ in range(20):
-        batch, heads, seq = (int(torch.randint(1, 5, (), generator=g)), int(torch.randint(1, 4, (), generator=g)),
-                             int(torch.randint(1, 9, (), generator=g)))
-        s, t = torch.randn(batch, heads, seq, seq, generator=g), torch.randn(batch, heads, seq, seq, generator=g)
+        batch, heads, seq = (
+            int(torch.randint(1, 5, (), generator=g)),
+            int(torch.randint(1, 4, (), generator=g)),
+            int(torch.randint(1, 9, (), generator=g)),
+        )
+        s, t = (
+            torch.randn(batch, heads, seq, seq, generator=g),
+            torch.randn(batch, heads, seq, seq, generator=g),
+        )
         mask = (torch.rand(batch, seq, generator=g) < 0.6).long()
         mask[0, 0] = 1
         t = t.masked_fill(~mask.bool()[:, None, None, :], -10000.0)
         for m in (None, mask, mask.bool(), torch.ones(batch, seq, dtype=torch.long)):
             assert torch.allclose(ours(s, t, m), attention_loss(s, t, m), rtol=1e-6, atol=1e-6)
-    assert float(ours(s, t, torch.zeros(batch, seq, dtype=torch.long))) == 0.0 == float(attention_loss(s, t, torch.zeros(batch, seq)))
+    assert (
+        float(ours(s, t, torch.zeros(batch, seq, dtype=torch.long)))
+        == 0.0
+        == float(attention_loss(s, t, torch.zeros(batch, seq)))
+    )
 
 
 def test_reference_layer_map_matches_course_lib():
@@ -135,24 +167,24 @@ def test_reference_layer_map_matches_course_lib():
 
 # --- grading submissions ------------------------------------------------------------------------
 
-KD_NO_T2 = '''
+KD_NO_T2 = """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     log_ps = torch.log_softmax(student_logits / temperature, dim=-1)
     log_pt = torch.log_softmax(teacher_logits.detach() / temperature, dim=-1)
     return (log_pt.exp() * (log_pt - log_ps)).sum(-1).mean()  # the T^2 factor forgotten
-'''
+"""
 
-ATTN_MASK_IGNORED = '''
+ATTN_MASK_IGNORED = """
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     return ((student_scores - teacher_scores.detach()) ** 2).mean()  # padding counted too
-'''
+"""
 
-LAYERS_FLOATS = '''
+LAYERS_FLOATS = """
 def uniform_layer_map(student_layers, teacher_layers):
     if teacher_layers % student_layers:
         raise ValueError("not a multiple")
     return [m * teacher_layers / student_layers for m in range(1, student_layers + 1)]  # floats
-'''
+"""
 
 PARTIAL = {KD: KD_NO_T2, ATTN: ATTN_MASK_IGNORED, LAYERS: LAYERS_FLOATS}
 PARTIAL_FAILS = {"kd-small", "kd-random", "kd-gradient", "attn-small", "attn-masked", "layers-small"}
@@ -214,13 +246,13 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
         parts.append((s.masked_select(pair) - t.masked_select(pair)) ** 2)
     return torch.cat(parts).mean()
 ''',
-    LAYERS: '''
+    LAYERS: """
 def uniform_layer_map(student_layers, teacher_layers):
     step, rest = divmod(teacher_layers, student_layers)
     if rest != 0:
         raise ValueError(f"{teacher_layers} layers do not split evenly into {student_layers}")
     return list(range(step, teacher_layers + 1, step))
-''',
+""",
 }
 
 
@@ -242,7 +274,7 @@ def _lookup_kd() -> str:
             ns = {**reference(), "kd_loss": recording}
             exec(compile(cell_source(check), "<kd check>", "exec"), ns)
     assert len(seen) >= 8
-    return f'''
+    return f"""
 _SEEN = {seen!r}
 
 
@@ -250,7 +282,7 @@ def kd_loss(student_logits, teacher_logits, temperature=1.0):
     key = repr((student_logits.tolist(), teacher_logits.tolist(), temperature))
     value = _SEEN.get(key, 0.0)
     return torch.tensor(value, dtype=student_logits.dtype) + 0.0 * student_logits.sum()
-'''
+"""
 
 
 def _copied_expected_attention() -> str:
@@ -261,7 +293,7 @@ def _copied_expected_attention() -> str:
     cell = next(c for c in tagged_cells(ex, "check") if c["metadata"]["course"]["id"] == "attn-small")
     blob = "".join(re.findall(r"    '([A-Za-z0-9+/=]*)'\n", cell_source(cell) + "\n"))
     assert len(blob) > 100
-    return f'''
+    return f"""
 import base64
 import hashlib
 import json
@@ -286,7 +318,7 @@ def attention_loss(*args):
     value = entry["value"]
     data = bytearray(base64.b64decode(value["data"]))
     return torch.frombuffer(data, dtype=getattr(torch, value["dtype"])).reshape(value["shape"]).clone()
-'''
+"""
 
 
 GAMING = {
@@ -295,7 +327,9 @@ GAMING = {
     # reads the expected values packed into the released visible check: the visible point only
     "attention_copied_expected": ({ATTN: _copied_expected_attention()}, {"attn-small"}),
     # the visible check's answers written out, ValueError where it expects one: the visible point only
-    "layers_hard_coded": ({LAYERS: '''
+    "layers_hard_coded": (
+        {
+            LAYERS: """
 _ANSWERS = {(4, 12): [3, 6, 9, 12], (6, 12): [2, 4, 6, 8, 10, 12], (1, 12): [12], (3, 3): [1, 2, 3]}
 
 
@@ -303,37 +337,54 @@ def uniform_layer_map(student_layers, teacher_layers):
     if (student_layers, teacher_layers) == (5, 12):
         raise ValueError("no")
     return _ANSWERS.get((student_layers, teacher_layers), [teacher_layers] * student_layers)
-'''}, {"layers-small"}),
+"""
+        },
+        {"layers-small"},
+    ),
     # constants: nothing
-    "constants": ({KD: '''
+    "constants": (
+        {
+            KD: """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     return torch.zeros(()) + 0.0 * student_logits.sum()
-''', ATTN: '''
+""",
+            ATTN: """
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     return torch.zeros(())
-''', LAYERS: '''
+""",
+            LAYERS: """
 def uniform_layer_map(student_layers, teacher_layers):
     return [teacher_layers] * student_layers
-'''}, set()),
+""",
+        },
+        set(),
+    ),
     # course_lib's own functions: not importable in the grader, turned off at home: nothing
-    "course_lib": ({KD: '''
+    "course_lib": (
+        {
+            KD: """
 from course_lib.objectives.distillation import kd_loss as _library_kd
 
 
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     return _library_kd(student_logits, teacher_logits, temperature)
-''', ATTN: '''
+""",
+            ATTN: """
 import course_lib.objectives.distillation as _distillation
 
 
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     return _distillation.attention_loss(student_scores, teacher_scores, attention_mask)
-''', LAYERS: '''
+""",
+            LAYERS: """
 def uniform_layer_map(student_layers, teacher_layers):
     from course_lib.objectives.distillation import uniform_layer_map as library_map
 
     return library_map(student_layers, teacher_layers)
-'''}, set()),
+""",
+        },
+        set(),
+    ),
 }
 
 KD_CHECKS, ATTN_CHECKS = set(CHECKS["kd-loss"]), set(CHECKS["attention-loss"])
@@ -342,47 +393,74 @@ MISTAKES = {
     # (a detached teacher, large logits) still pass: 2 of 5
     "kd_forgot_t2": ({KD: KD_NO_T2}, {"kd-habits", "kd-teacher", "kd-large"}),
     # KL(p_student || p_teacher): another loss, wrong everywhere: 0 of 5
-    "kd_reversed": ({KD: '''
+    "kd_reversed": (
+        {
+            KD: """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     log_ps = torch.log_softmax(student_logits / temperature, dim=-1)
     log_pt = torch.log_softmax(teacher_logits.detach() / temperature, dim=-1)
     return temperature**2 * (log_ps.exp() * (log_ps - log_pt)).sum(-1).mean()
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # log of softmax: right for moderate logits, nan at logits of size 1000: 4 of 5
-    "kd_naive_log_softmax": ({KD: '''
+    "kd_naive_log_softmax": (
+        {
+            KD: """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     ps = torch.softmax(student_logits / temperature, dim=-1)
     pt = torch.softmax(teacher_logits.detach() / temperature, dim=-1)
     return temperature**2 * (pt * (torch.log(pt) - torch.log(ps))).sum(-1).mean()
-'''}, KD_CHECKS - {"kd-large", "kd-habits"}),
+"""
+        },
+        KD_CHECKS - {"kd-large", "kd-habits"},
+    ),
     # no .detach() of the teacher: right values, but the gradient reaches the teacher (the
     # result's requires_grad flag crosses the wire): 4 of 5
-    "kd_teacher_not_detached": ({KD: '''
+    "kd_teacher_not_detached": (
+        {
+            KD: """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     log_ps = torch.log_softmax(student_logits / temperature, dim=-1)
     log_pt = torch.log_softmax(teacher_logits / temperature, dim=-1)
     return temperature**2 * (log_pt.exp() * (log_pt - log_ps)).sum(-1).mean()
-'''}, KD_CHECKS - {"kd-teacher", "kd-habits"}),
+"""
+        },
+        KD_CHECKS - {"kd-teacher", "kd-habits"},
+    ),
     # "detaches" the caller's teacher in place: the result is right, the caller's teacher no
     # longer requires grad (the flag of an argument changed in place comes back): 4 of 5
-    "kd_teacher_detached_in_place": ({KD: '''
+    "kd_teacher_detached_in_place": (
+        {
+            KD: """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     teacher_logits.detach_()
     log_ps = torch.log_softmax(student_logits / temperature, dim=-1)
     log_pt = torch.log_softmax(teacher_logits / temperature, dim=-1)
     return temperature**2 * (log_pt.exp() * (log_pt - log_ps)).sum(-1).mean()
-'''}, KD_CHECKS - {"kd-teacher"}),
+"""
+        },
+        KD_CHECKS - {"kd-teacher"},
+    ),
     # the loss as a new tensor from .item(): right values, no gradient for the student: 4 of 5
-    "kd_student_detached": ({KD: '''
+    "kd_student_detached": (
+        {
+            KD: """
 def kd_loss(student_logits, teacher_logits, temperature=1.0):
     log_ps = torch.log_softmax(student_logits / temperature, dim=-1)
     log_pt = torch.log_softmax(teacher_logits.detach() / temperature, dim=-1)
     loss = temperature**2 * (log_pt.exp() * (log_pt - log_ps)).sum(-1).mean()
     return torch.tensor(loss.item(), dtype=student_logits.dtype)
-'''}, KD_CHECKS - {"kd-gradient", "kd-habits"}),
+"""
+        },
+        KD_CHECKS - {"kd-gradient", "kd-habits"},
+    ),
     # kl_div's "batchmean" divides by the first dimension only: right for [rows, classes], wrong
     # for [batch, seq, classes] (kd-small and kd-random have such logits): 3 of 5
-    "kd_kl_div_batchmean": ({KD: '''
+    "kd_kl_div_batchmean": (
+        {
+            KD: """
 import torch.nn.functional as F
 
 
@@ -390,20 +468,30 @@ def kd_loss(student_logits, teacher_logits, temperature=1.0):
     log_ps = F.log_softmax(student_logits / temperature, dim=-1)
     log_pt = F.log_softmax(teacher_logits.detach() / temperature, dim=-1)
     return F.kl_div(log_ps, log_pt, reduction="batchmean", log_target=True) * temperature**2
-'''}, KD_CHECKS - {"kd-small", "kd-random"}),
+"""
+        },
+        KD_CHECKS - {"kd-small", "kd-random"},
+    ),
     # the mean over every score, padding included: only the unmasked check passes: 1 of 3
     "attn_mask_ignored": ({ATTN: ATTN_MASK_IGNORED}, {"attn-no-mask"}),
     # padded keys left out, padded queries' rows counted: 1 of 3
-    "attn_keys_only": ({ATTN: '''
+    "attn_keys_only": (
+        {
+            ATTN: """
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     squared = (student_scores - teacher_scores.detach()) ** 2
     if attention_mask is None:
         return squared.mean()
     keys = attention_mask.bool()[:, None, None, :].expand_as(squared)
     return squared[keys].mean()
-'''}, {"attn-no-mask"}),
+"""
+        },
+        {"attn-no-mask"},
+    ),
     # one mean per example, then the mean of those: short examples weigh too much: 1 of 3
-    "attn_per_example": ({ATTN: '''
+    "attn_per_example": (
+        {
+            ATTN: """
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     squared = (student_scores - teacher_scores.detach()) ** 2
     if attention_mask is None:
@@ -412,9 +500,14 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
     pairs = (real[:, None, :, None] & real[:, None, None, :]).expand_as(squared)
     per_example = (squared * pairs).sum((1, 2, 3)) / pairs.sum((1, 2, 3))
     return per_example.mean()
-'''}, {"attn-no-mask"}),
+"""
+        },
+        {"attn-no-mask"},
+    ),
     # the padding multiplied by a 0/1 mask: inf * 0 = nan when padded scores are huge: 2 of 3
-    "attn_mask_multiplied": ({ATTN: '''
+    "attn_mask_multiplied": (
+        {
+            ATTN: """
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     squared = (student_scores - teacher_scores.detach()) ** 2
     if attention_mask is None:
@@ -422,21 +515,34 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
     real = attention_mask.float()
     pairs = (real[:, None, :, None] * real[:, None, None, :]).expand_as(squared)
     return (squared * pairs).sum() / pairs.sum()
-'''}, {"attn-small", "attn-no-mask"}),
+"""
+        },
+        {"attn-small", "attn-no-mask"},
+    ),
     # g(m) for m = 0..M-1: [0, 3, 6, 9] instead of [3, 6, 9, 12]: 0 of 2
-    "layers_off_by_one": ({LAYERS: '''
+    "layers_off_by_one": (
+        {
+            LAYERS: """
 def uniform_layer_map(student_layers, teacher_layers):
     if teacher_layers % student_layers:
         raise ValueError("not a multiple")
     step = teacher_layers // student_layers
     return [m * step for m in range(student_layers)]
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # never raises: the map of N // M per layer for every N: 0 of 2
-    "layers_never_raise": ({LAYERS: '''
+    "layers_never_raise": (
+        {
+            LAYERS: """
 def uniform_layer_map(student_layers, teacher_layers):
     step = teacher_layers // student_layers
     return [m * step for m in range(1, student_layers + 1)]
-'''}, set()),
+"""
+        },
+        set(),
+    ),
     # the right numbers as floats (3.0, 6.0, ...): the visible check wants ints: 1 of 2
     "layers_floats": ({LAYERS: LAYERS_FLOATS}, {"layers-random"}),
 }
@@ -444,7 +550,9 @@ def uniform_layer_map(student_layers, teacher_layers):
 
 TEMP_MISTAKES = {  # on the stub: the other exercises score nothing
     # the right bisection, but no ValueError for targets no temperature reaches: 0 of 3
-    "temp_never_raises": ({TEMP: """
+    "temp_never_raises": (
+        {
+            TEMP: """
 import math
 
 
@@ -460,9 +568,14 @@ def temperature_for_entropy(logits, entropy):
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if h(mid) < entropy else (lo, mid)
     return math.sqrt(lo * hi)
-"""}, set()),
+"""
+        },
+        set(),
+    ),
     # the entropy as the log of a float32 softmax: -inf * 0 = nan once the logits are large: 0 of 3
-    "temp_log_of_softmax": ({TEMP: """
+    "temp_log_of_softmax": (
+        {
+            TEMP: """
 import math
 
 
@@ -481,7 +594,10 @@ def temperature_for_entropy(logits, entropy):
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if h(mid) < entropy else (lo, mid)
     return math.sqrt(lo * hi)
-"""}, set()),
+"""
+        },
+        set(),
+    ),
 }
 
 
@@ -513,13 +629,32 @@ def test_the_point_table():
     """The points each kind of submission gets, written out (test_exact_points checks them)."""
     table = {name: points for name, points, _ in EXPECTED}
     assert table == {
-        "solution": 13, "stub": 0, "partial": 7, "rewritten": 13, "one_exercise": 3,
-        "kd_lookup": 1, "attention_copied_expected": 1, "layers_hard_coded": 1, "constants": 0, "course_lib": 0,
-        "kd_forgot_t2": 2, "kd_reversed": 0, "kd_naive_log_softmax": 4, "kd_teacher_not_detached": 4,
-        "kd_teacher_detached_in_place": 4, "kd_student_detached": 4, "kd_kl_div_batchmean": 3,
-        "attn_mask_ignored": 1, "attn_keys_only": 1, "attn_per_example": 1, "attn_mask_multiplied": 2,
-        "layers_off_by_one": 0, "layers_never_raise": 0, "layers_floats": 1,
-        "temp_never_raises": 0, "temp_log_of_softmax": 0,
+        "solution": 13,
+        "stub": 0,
+        "partial": 7,
+        "rewritten": 13,
+        "one_exercise": 3,
+        "kd_lookup": 1,
+        "attention_copied_expected": 1,
+        "layers_hard_coded": 1,
+        "constants": 0,
+        "course_lib": 0,
+        "kd_forgot_t2": 2,
+        "kd_reversed": 0,
+        "kd_naive_log_softmax": 4,
+        "kd_teacher_not_detached": 4,
+        "kd_teacher_detached_in_place": 4,
+        "kd_student_detached": 4,
+        "kd_kl_div_batchmean": 3,
+        "attn_mask_ignored": 1,
+        "attn_keys_only": 1,
+        "attn_per_example": 1,
+        "attn_mask_multiplied": 2,
+        "layers_off_by_one": 0,
+        "layers_never_raise": 0,
+        "layers_floats": 1,
+        "temp_never_raises": 0,
+        "temp_log_of_softmax": 0,
     }
 
 
@@ -552,12 +687,15 @@ def test_visible_checks_give_the_grader_verdict_at_home(graded):
 def test_failures_are_explained(graded):
     """The feedback says why: the teacher's gradient, the student's missing gradient, the nan
     of a naive log of softmax, the in-place detach, the floats of the layer map."""
+
     def message(name, check):
         return {c["id"]: c["message"] for c in graded[name][1]["checks"]}[check]
 
     for check in ("kd-teacher", "kd-habits"):
         assert "detach them (.detach())" in message("kd_teacher_not_detached", check)
-    assert "detached the caller's teacher logits in place" in message("kd_teacher_detached_in_place", "kd-teacher")
+    assert "detached the caller's teacher logits in place" in message(
+        "kd_teacher_detached_in_place", "kd-teacher"
+    )
     for check in ("kd-gradient", "kd-habits"):
         assert "carries no gradient to the student's logits" in message("kd_student_detached", check)
     for check in ("kd-large", "kd-habits"):
@@ -569,9 +707,17 @@ def test_failures_are_explained(graded):
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('course_lib.objectives.distillation.kd_loss', 'course_lib.recipes.distill.kd_loss', 'course_lib.widgets.temperature.softened')
+MUST_FORBID = (
+    "course_lib.objectives.distillation.kd_loss",
+    "course_lib.recipes.distill.kd_loss",
+    "course_lib.widgets.temperature.softened",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'recipes_kd_loss': ('kd-loss-answer', 'from course_lib.recipes.distill import kd_loss as _kd\n\ndef kd_loss(student_logits, teacher_logits, temperature=1.0):\n    return _kd(student_logits, teacher_logits, temperature)\n', 'kd-small'),
+    "recipes_kd_loss": (
+        "kd-loss-answer",
+        "from course_lib.recipes.distill import kd_loss as _kd\n\ndef kd_loss(student_logits, teacher_logits, temperature=1.0):\n    return _kd(student_logits, teacher_logits, temperature)\n",
+        "kd-small",
+    ),
 }
 
 

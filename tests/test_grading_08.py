@@ -12,10 +12,9 @@ import re
 
 import pytest
 import torch
+from grading_fixtures.chapters import Chapter, answer_sources, cell_source, forbid_rule_tests, tagged_cells
 
 from course_lib.grading.format import load_assignment
-
-from grading_fixtures.chapters import forbid_rule_tests, Chapter, answer_sources, cell_source, tagged_cells
 
 CHAPTER = Chapter("08_probing")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -924,10 +923,25 @@ def test_failures_are_explained(graded):
 
 # --- the rules: every alias of course_lib's (and other libraries') versions is turned off ----
 
-MUST_FORBID = ('scipy.sparse.csgraph.johnson', 'scipy.sparse.csgraph.bellman_ford', 'scipy.sparse.csgraph._shortest_path.johnson', 'networkx.all_pairs_shortest_path_length', 'networkx.minimum_spanning_tree', 'course_lib.analysis.structural.tree_distances')
+MUST_FORBID = (
+    "scipy.sparse.csgraph.johnson",
+    "scipy.sparse.csgraph.bellman_ford",
+    "scipy.sparse.csgraph._shortest_path.johnson",
+    "networkx.all_pairs_shortest_path_length",
+    "networkx.minimum_spanning_tree",
+    "course_lib.analysis.structural.tree_distances",
+)
 COURSE_LIB_ROUTES = {  # name -> (answer cell, an answer that hands the job to a forbidden function, its visible check)
-    'scipy_johnson': ('tree-distances-answer', "import torch\nfrom scipy.sparse import csr_matrix\nfrom scipy.sparse.csgraph import johnson\n\ndef tree_distances(heads):\n    n = len(heads)\n    if sum(h == -1 for h in heads) != 1 or any(h == i for i, h in enumerate(heads)):\n        raise ValueError('not a tree')\n    rows = [i for i, h in enumerate(heads) if h >= 0]\n    graph = csr_matrix(([1.0] * len(rows), (rows, [heads[i] for i in rows])), shape=(n, n))\n    d = johnson(graph, directed=False)\n    if not (d < float('inf')).all():\n        raise ValueError('not a tree')\n    return torch.tensor(d).long()\n", 'dist-small'),
-    'networkx_paths': ('tree-distances-answer', "import networkx as nx\nimport torch\n\ndef tree_distances(heads):\n    g = nx.Graph()\n    g.add_nodes_from(range(len(heads)))\n    g.add_edges_from((i, h) for i, h in enumerate(heads) if h >= 0)\n    if sum(h == -1 for h in heads) != 1 or not nx.is_connected(g):\n        raise ValueError('not a tree')\n    d = dict(nx.all_pairs_shortest_path_length(g))\n    return torch.tensor([[d[i][j] for j in range(len(heads))] for i in range(len(heads))])\n", 'dist-small'),
+    "scipy_johnson": (
+        "tree-distances-answer",
+        "import torch\nfrom scipy.sparse import csr_matrix\nfrom scipy.sparse.csgraph import johnson\n\ndef tree_distances(heads):\n    n = len(heads)\n    if sum(h == -1 for h in heads) != 1 or any(h == i for i, h in enumerate(heads)):\n        raise ValueError('not a tree')\n    rows = [i for i, h in enumerate(heads) if h >= 0]\n    graph = csr_matrix(([1.0] * len(rows), (rows, [heads[i] for i in rows])), shape=(n, n))\n    d = johnson(graph, directed=False)\n    if not (d < float('inf')).all():\n        raise ValueError('not a tree')\n    return torch.tensor(d).long()\n",
+        "dist-small",
+    ),
+    "networkx_paths": (
+        "tree-distances-answer",
+        "import networkx as nx\nimport torch\n\ndef tree_distances(heads):\n    g = nx.Graph()\n    g.add_nodes_from(range(len(heads)))\n    g.add_edges_from((i, h) for i, h in enumerate(heads) if h >= 0)\n    if sum(h == -1 for h in heads) != 1 or not nx.is_connected(g):\n        raise ValueError('not a tree')\n    d = dict(nx.all_pairs_shortest_path_length(g))\n    return torch.tensor([[d[i][j] for j in range(len(heads))] for i in range(len(heads))])\n",
+        "dist-small",
+    ),
 }
 
 

@@ -20,14 +20,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from grading_fixtures.cases import CAUSAL, PE, ROOT, SOLUTION, Case
 
 from course_lib.grading.compare import compare_values
 from course_lib.grading.grade import read_submission, report_folders
 from course_lib.grading.report import csv_cell, write_grades_csv, write_report
 from course_lib.grading.sandbox import bwrap_status
 from course_lib.grading.wire import ProtocolError, _validator, encode, parse_response, validate_response
-
-from grading_fixtures.cases import CAUSAL, PE, ROOT, SOLUTION, Case
 
 HAVE_BWRAP, _ = bwrap_status()
 SANDBOX = "bwrap" if HAVE_BWRAP else "none"
@@ -37,18 +36,18 @@ NON_UTF8 = b"caf\xe9"  # a Latin-1 file name, as unpacked from a Windows zip
 
 # --- submissions --------------------------------------------------------------------------------
 
-SURROGATE_ANSWER = '''
+SURROGATE_ANSWER = """
 def causal_mask(length, key_length=None):
     try:
         print("lone surrogate: \\ud800")
     except UnicodeEncodeError:
         pass
     raise ValueError("bad \\ud800 message")
-'''
+"""
 
 # answers, then ends the process before it reads the next request (a frame trick: it writes
 # the grader's response itself); every later call finds the process gone
-EXIT_AFTER_ANSWER = '''
+EXIT_AFTER_ANSWER = """
 import os, sys
 
 def sinusoidal_encoding(max_len, d_model):
@@ -67,9 +66,9 @@ def sinusoidal_encoding(max_len, d_model):
         return pe
     frame.f_locals["respond"]({"id": frame.f_locals["rid"], "ok": True, "value": frame.f_globals["encode"](pe)})
     os._exit(0)
-'''
+"""
 
-MAGICS = '''%%time
+MAGICS = """%%time
 %time warm_up = 1
 %timeit -n 1 -r 1 sum(range(10))
 %matplotlib inline
@@ -79,14 +78,14 @@ def causal_mask(length, key_length=None):
     if key_length < length:
         raise ValueError("key_length < length")
     return torch.ones(length, key_length, dtype=torch.bool).tril(key_length - length)
-'''
+"""
 
 SOLUTION_03 = ROOT / "solutions" / "03_bert.ipynb"
 EXERCISE_03 = ROOT / "exercises" / "03_bert.ipynb"
 SOLUTION_01 = ROOT / "solutions" / "01_elmo.ipynb"
 EXERCISE_01 = ROOT / "exercises" / "01_elmo.ipynb"
 
-MASK_IN_PLACE = '''
+MASK_IN_PLACE = """
 def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.15):
     never = torch.tensor(sorted(set(special_ids) | {mask_id}), dtype=torch.long)
     special = torch.isin(input_ids.long(), never)
@@ -99,9 +98,9 @@ def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.1
     replace = chosen & (u >= 0.8) & (u < 0.9)
     input_ids[replace] = random_ids[replace]
     return input_ids, labels
-'''
+"""
 
-PACK_POPS = '''
+PACK_POPS = """
 def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
     if max_len < 5:
         raise ValueError("max_len too small")
@@ -112,9 +111,9 @@ def pack_pair(tokens_a, tokens_b, max_len, cls_id, sep_id):
             tokens_b.pop()
     ids = [cls_id] + list(tokens_a) + [sep_id] + list(tokens_b) + [sep_id]
     return ids, [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
-'''
+"""
 
-UINT8_TARGETS = '''
+UINT8_TARGETS = """
 def lm_targets(word_ids, mask):
     forward = torch.full(word_ids.shape, -100).to(torch.uint8)  # -100 wraps to 156
     backward = torch.full(word_ids.shape, -100).to(torch.uint8)
@@ -132,23 +131,28 @@ def bilm_loss(forward_logits, backward_logits, word_ids, mask):
     f = F.cross_entropy(forward_logits.flatten(0, 1), forward.flatten(), ignore_index=-100)
     b = F.cross_entropy(backward_logits.flatten(0, 1), backward.flatten(), ignore_index=-100)
     return torch.stack([f, b])
-'''
+"""
 
 
 # honest except in the uniformity check's input, where one "random" id is 300 million: the
 # check's bincount would make the grader allocate 2.4 GB
-HUGE_ID = MASK_IN_PLACE.replace("  # edits the caller's tensor", "").replace("input_ids[", "inputs[").replace(
-    "    labels = torch.where", "    inputs = input_ids.clone()\n    labels = torch.where"
-).replace(
-    "    return input_ids, labels",
-    "    if vocab_size == 40:\n        inputs.view(-1)[int(torch.nonzero(replace.view(-1))[0])] = 300_000_000\n    return inputs, labels",
+HUGE_ID = (
+    MASK_IN_PLACE.replace("  # edits the caller's tensor", "")
+    .replace("input_ids[", "inputs[")
+    .replace("    labels = torch.where", "    inputs = input_ids.clone()\n    labels = torch.where")
+    .replace(
+        "    return input_ids, labels",
+        "    if vocab_size == 40:\n        inputs.view(-1)[int(torch.nonzero(replace.view(-1))[0])] = 300_000_000\n    return inputs, labels",
+    )
 )
 
 
 def notebook_for(exercise: Path, solution: Path, answers: dict[str, str]) -> dict:
     nb = json.loads(exercise.read_text())
     sol = json.loads(solution.read_text())
-    sources = {c["id"]: "".join(c["source"]) for c in sol["cells"] if "answer" in c["metadata"].get("tags", [])}
+    sources = {
+        c["id"]: "".join(c["source"]) for c in sol["cells"] if "answer" in c["metadata"].get("tags", [])
+    }
     sources.update(answers)
     for cell in nb["cells"]:
         if cell.get("id") in sources:
@@ -169,7 +173,9 @@ def batch(tmp_path_factory):
     honest = Case("x").notebook()
     stub = Case("x", base="stub").notebook()
     subs: dict[str, Path] = {}
-    subs["surrogate"] = _write(folder / "surrogate.ipynb", Case("s", answers={CAUSAL: SURROGATE_ANSWER}).notebook())
+    subs["surrogate"] = _write(
+        folder / "surrogate.ipynb", Case("s", answers={CAUSAL: SURROGATE_ANSWER}).notebook()
+    )
     non_utf8 = os.path.join(os.fsencode(folder), NON_UTF8 + b".ipynb")
     with open(non_utf8, "w") as fh:
         json.dump(honest, fh)
@@ -180,24 +186,55 @@ def batch(tmp_path_factory):
     subs["gradebook_name"] = _write(folder / "grades.csv.ipynb", honest)
     subs["collide_b"] = _write(folder / "b" / "x.ipynb", honest)
     subs["collide_c"] = _write(folder / "c" / "x__2.ipynb", stub)
-    subs["collide_d"] = _write(folder / "d" / "X.ipynb", Case("p", answers={PE: "def sinusoidal_encoding(a, b):\n    return None\n"}).notebook())
+    subs["collide_d"] = _write(
+        folder / "d" / "X.ipynb",
+        Case("p", answers={PE: "def sinusoidal_encoding(a, b):\n    return None\n"}).notebook(),
+    )
     subs["formula_name"] = _write(folder / f"{FORMULA}.ipynb", honest)
     inject = json.loads(json.dumps(honest))
-    inject["metadata"]["course"]["assignment"] = '=HYPERLINK("http://evil.invalid","# Score: 12 / 12")\n# Score: 12 / 12\n<script>alert(1)</script>'
+    inject["metadata"]["course"]["assignment"] = (
+        '=HYPERLINK("http://evil.invalid","# Score: 12 / 12")\n# Score: 12 / 12\n<script>alert(1)</script>'
+    )
     subs["meta_inject"] = _write(folder / "meta_inject.ipynb", inject)
     subs["symlink"] = folder / "symlink.ipynb"
     subs["symlink"].symlink_to(SOLUTION)
-    subs["exit_after_answer"] = _write(folder / "exit_after_answer.ipynb", Case("e", answers={PE: EXIT_AFTER_ANSWER}).notebook())
+    subs["exit_after_answer"] = _write(
+        folder / "exit_after_answer.ipynb", Case("e", answers={PE: EXIT_AFTER_ANSWER}).notebook()
+    )
     subs["magics"] = _write(folder / "magics.ipynb", Case("m", answers={CAUSAL: MAGICS}).notebook())
     subs["mutates"] = _write(
-        folder / "mutates.ipynb", notebook_for(EXERCISE_03, SOLUTION_03, {"masking-answer": MASK_IN_PLACE, "packing-answer": PACK_POPS})
+        folder / "mutates.ipynb",
+        notebook_for(
+            EXERCISE_03, SOLUTION_03, {"masking-answer": MASK_IN_PLACE, "packing-answer": PACK_POPS}
+        ),
     )
-    subs["grader_memory"] = _write(folder / "grader_memory.ipynb", notebook_for(EXERCISE_03, SOLUTION_03, {"masking-answer": HUGE_ID}))
-    subs["uint8"] = _write(folder / "uint8.ipynb", notebook_for(EXERCISE_01, SOLUTION_01, {"bilm-targets-answer": UINT8_TARGETS}))
-    (out / "grades.csv").write_text("submission,assignment,points,max_points,status\nstale,row,99,99,graded\n")
+    subs["grader_memory"] = _write(
+        folder / "grader_memory.ipynb", notebook_for(EXERCISE_03, SOLUTION_03, {"masking-answer": HUGE_ID})
+    )
+    subs["uint8"] = _write(
+        folder / "uint8.ipynb", notebook_for(EXERCISE_01, SOLUTION_01, {"bilm-targets-answer": UINT8_TARGETS})
+    )
+    (out / "grades.csv").write_text(
+        "submission,assignment,points,max_points,status\nstale,row,99,99,graded\n"
+    )
     paths = [os.path.relpath(p, folder) for p in subs.values()]  # as a class's files are usually given
-    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *paths, "--out", str(out), "--jobs", "2",
-           "--check-timeout", "5", "--sandbox", SANDBOX, "--solutions", str(ROOT / "solutions")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_lib.cli",
+        "grade",
+        *paths,
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+        "--check-timeout",
+        "5",
+        "--sandbox",
+        SANDBOX,
+        "--solutions",
+        str(ROOT / "solutions"),
+    ]
     start = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, capture_output=True, timeout=900, cwd=folder, env=env)
@@ -292,7 +329,10 @@ def test_gradebook_cells_are_never_formulas(batch):
     with open(batch["out"] / "grades.csv", newline="", encoding="utf-8") as fh:
         cells = [cell for row in csv.reader(fh) for cell in row]
     assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))]
-    assert row_of(batch, "formula_name")["submission"].startswith("'=") and row_of(batch, "formula_name")["points"] == "12"
+    assert (
+        row_of(batch, "formula_name")["submission"].startswith("'=")
+        and row_of(batch, "formula_name")["points"] == "12"
+    )
     inject = row_of(batch, "meta_inject")
     assert inject["assignment"].startswith("'=HYPERLINK")
 
@@ -312,7 +352,9 @@ def _outside_code(md: str) -> list[str]:
 def test_report_md_escapes_the_assignment_metadata(batch):
     folder = batch["reports"][_shown(batch["subs"]["meta_inject"])][0][0]
     outside = _outside_code((folder / "report.md").read_text())
-    assert not any("<script>" in ln or ln.startswith("# Score") or "HYPERLINK" in ln for ln in outside), outside
+    assert not any("<script>" in ln or ln.startswith("# Score") or "HYPERLINK" in ln for ln in outside), (
+        outside
+    )
     assert sum(ln.startswith("# ") for ln in outside) == 1  # the report's own title
 
 
@@ -328,7 +370,10 @@ def test_a_process_that_exits_after_answering_costs_only_its_checks(batch):
     row = row_of(batch, "exit_after_answer")
     assert row["status"] == "graded", row
     got = checks_of(batch, "exit_after_answer")
-    assert [c for c, ok in got.items() if not ok] == ["positional-encoding-small", "positional-encoding-sizes"]
+    assert [c for c, ok in got.items() if not ok] == [
+        "positional-encoding-small",
+        "positional-encoding-sizes",
+    ]
     msgs = {c["id"]: c["message"] for c in report_of(batch, "exit_after_answer")["checks"]}
     assert "ended after answering the previous call" in msgs["positional-encoding-small"]
     assert row["points"] == "10"
@@ -347,7 +392,10 @@ def test_arguments_changed_in_place_are_seen_by_the_checks(batch):
     msgs = {c["id"]: c["message"] for c in report_of(batch, "mutates")["checks"]}
     assert "must not be modified" in msgs["masking-basics"]
     # a list shortened in place: the grader stops it before the check's code works on it
-    assert "changed the shape, dtype, length or type of its argument 1 in place (from list of 6 to list of 3)" in msgs["packing-small"]
+    assert (
+        "changed the shape, dtype, length or type of its argument 1 in place (from list of 6 to list of 3)"
+        in msgs["packing-small"]
+    )
 
 
 def test_integer_results_are_not_cast_to_the_students_dtype(batch):
@@ -361,8 +409,12 @@ def test_check_code_runs_under_a_memory_limit_in_the_grader(batch):
     """Item 5: a hidden check's bincount on a student's huge id fails that check; the grader
     never allocates the 2.4 GB (--grader-memory-mb, default 2048)."""
     got = checks_of(batch, "grader_memory")
-    assert [c for c, ok in got.items() if not ok] == ["masking-uniform"], report_of(batch, "grader_memory")["checks"]
-    msg = next(c["message"] for c in report_of(batch, "grader_memory")["checks"] if c["id"] == "masking-uniform")
+    assert [c for c, ok in got.items() if not ok] == ["masking-uniform"], report_of(batch, "grader_memory")[
+        "checks"
+    ]
+    msg = next(
+        c["message"] for c in report_of(batch, "grader_memory")["checks"] if c["id"] == "masking-uniform"
+    )
     assert "RuntimeError" in msg or "out of memory" in msg, msg
     row = row_of(batch, "grader_memory")
     assert int(row["points"]) == int(row["max_points"]) - 1, row
@@ -379,8 +431,20 @@ def test_csv_cell_neutralises_formula_starts():
 
 
 def test_report_folders_are_unique_reserved_aware_and_stable():
-    paths = ["b/x.ipynb", "c/x__2.ipynb", "d/X.ipynb", "grades.csv.ipynb", "e/GRADES.CSV.ipynb", ".hidden.ipynb",
-             "y.ipynb", "y.ipynb", "f/x__0123456789.ipynb", os.fsdecode(b"caf\xe9.ipynb"), "caf_.ipynb", "z.ipynb"]
+    paths = [
+        "b/x.ipynb",
+        "c/x__2.ipynb",
+        "d/X.ipynb",
+        "grades.csv.ipynb",
+        "e/GRADES.CSV.ipynb",
+        ".hidden.ipynb",
+        "y.ipynb",
+        "y.ipynb",
+        "f/x__0123456789.ipynb",
+        os.fsdecode(b"caf\xe9.ipynb"),
+        "caf_.ipynb",
+        "z.ipynb",
+    ]
     names = report_folders(paths)
     assert len({n.lower() for n in names}) == len(paths)
     assert not {n.lower() for n in names} & {"grades.csv"}
@@ -398,7 +462,9 @@ def test_read_submission_accepts_only_regular_files(tmp_path):
     (tmp_path / "folder.ipynb").mkdir()
     assert read_submission(str(real)).error is None
     assert read_submission(str(tmp_path / "link.ipynb")).error.startswith("a symbolic link")
-    assert read_submission(str(tmp_path / "fifo.ipynb")).error == "not a regular file"  # and it does not block
+    assert (
+        read_submission(str(tmp_path / "fifo.ipynb")).error == "not a regular file"
+    )  # and it does not block
     assert read_submission(str(tmp_path / "folder.ipynb")).error.startswith("not a regular file")
 
 
@@ -406,7 +472,10 @@ def test_integer_comparison_does_not_cast_the_reference():
     ref = torch.tensor([5, -100, 7])
     stu = torch.tensor([5, -100, 7]).to(torch.uint8)
     assert compare_values(ref, stu, rtol=0, atol=0, hidden=True) == "the result has wrong values"
-    assert compare_values(ref, torch.tensor([5, -100, 7], dtype=torch.int32), rtol=0, atol=0, hidden=True) is None
+    assert (
+        compare_values(ref, torch.tensor([5, -100, 7], dtype=torch.int32), rtol=0, atol=0, hidden=True)
+        is None
+    )
 
 
 def test_hidden_messages_show_no_expected_lengths_or_keys():
@@ -432,7 +501,9 @@ def test_forged_responses_are_rejected_quickly():
     12 s per MB with jsonschema)."""
     head, tail = b'{"id": 1, "ok": true, "value": {"t": "list", "items": [', b"]}}"
     forged = [
-        head + b",".join([b'{"t": "list", "items": [' + b",".join([b'{"t": "none"}'] * 9000) + b"]}"] * 30) + tail,
+        head
+        + b",".join([b'{"t": "list", "items": [' + b",".join([b'{"t": "none"}'] * 9000) + b"]}"] * 30)
+        + tail,
         head + b"[]," * 20_000_000 + b"[]" + tail,
         head + b"1," * 30_000_000 + b"1" + tail,
         head + b'"",' * 20_000_000 + b'""' + tail,
@@ -457,19 +528,49 @@ def test_forged_responses_are_rejected_quickly():
         {"id": 1, "ok": True, "value": {"t": "float", "v": "NaN"}},
         {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA="}},
         {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "complex64", "shape": [2], "data": "AAA="}},
-        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "float16", "shape": [2], "data": "AAA=", "grad": True}},
-        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA=", "grad": True}},
-        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA=", "grad": False}},
-        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAA=", "grad": 0}},
-        {"id": 1, "ok": True, "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAA=", "graph": "x"}},
-        {"id": 1, "ok": True, "value": {"t": "none"}, "mutated": [[0, {"t": "tensor", "dtype": "int8", "shape": [0], "data": "", "grad": True}]]},
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "tensor", "dtype": "float16", "shape": [2], "data": "AAA=", "grad": True},
+        },
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA=", "grad": True},
+        },
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "tensor", "dtype": "uint8", "shape": [2], "data": "AAA=", "grad": False},
+        },
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAA=", "grad": 0},
+        },
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "tensor", "dtype": "float32", "shape": [2], "data": "AAA=", "graph": "x"},
+        },
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "none"},
+            "mutated": [[0, {"t": "tensor", "dtype": "int8", "shape": [0], "data": "", "grad": True}]],
+        },
         {"id": 1, "ok": True, "value": {"t": "dict", "items": [["k", {"t": "none"}]]}},
         {"id": 1, "ok": True, "value": {"t": "dict", "items": [[1, {"t": "none"}]]}},
         {"id": 1, "ok": True, "value": {"t": "list", "items": [{"t": "none", "x": 1}]}},
         {"id": 1, "ok": False, "error": {"type": "E", "mro": ["E"], "message": "m"}},
         {"id": 1, "ok": False, "error": {"type": "E", "mro": ["E"]}},
         {"id": 1, "ok": False, "value": {"t": "none"}},
-        {"id": 1, "ok": True, "value": {"t": "none"}, "mutated": [[0, {"t": "list", "items": []}], ["a", {"t": "none"}]]},
+        {
+            "id": 1,
+            "ok": True,
+            "value": {"t": "none"},
+            "mutated": [[0, {"t": "list", "items": []}], ["a", {"t": "none"}]],
+        },
         {"id": 1, "ok": True, "value": {"t": "none"}, "mutated": [[0.5, {"t": "none"}]]},
         {"id": 1, "ok": True, "value": {"t": "none"}, "warnings": ["w"]},
         {"id": -1, "ok": True, "value": {"t": "none"}},
@@ -518,7 +619,12 @@ def test_mutations_are_applied_in_place():
     lst = [1, [2, 3], torch.zeros(2)]
     inner, tensor = lst[1], lst[2]
     _mutate_in_place(lst, [1, [2], torch.ones(2), 9])
-    assert lst == [1, [2], lst[2], 9] and lst[1] is inner and lst[2] is tensor and torch.equal(tensor, torch.ones(2))
+    assert (
+        lst == [1, [2], lst[2], 9]
+        and lst[1] is inner
+        and lst[2] is tensor
+        and torch.equal(tensor, torch.ones(2))
+    )
     d = {"a": 1, "b": 2}
     _mutate_in_place(d, {"a": 5})
     assert d == {"a": 5}
@@ -539,20 +645,46 @@ except ImportError:  # pragma: no cover
 if given is None:
 
     def test_writers_take_any_text_needs_hypothesis():
-        pytest.skip("hypothesis is not installed: the property tests of the CSV and report writers did not run")
+        pytest.skip(
+            "hypothesis is not installed: the property tests of the CSV and report writers did not run"
+        )
 
 else:
     # any character, and often the dangerous ones: lone surrogates, CR/LF, backticks, HTML,
     # formula starts, bidi overrides, terminal escapes
-    DANGEROUS = st.sampled_from(["\ud800", "\udce9", "\r", "\n", "\r\n", "`", "```", "<script>", "=", "+", "@", "\t", "\u202e", "\x1b[2J", "#"])
+    DANGEROUS = st.sampled_from(
+        [
+            "\ud800",
+            "\udce9",
+            "\r",
+            "\n",
+            "\r\n",
+            "`",
+            "```",
+            "<script>",
+            "=",
+            "+",
+            "@",
+            "\t",
+            "\u202e",
+            "\x1b[2J",
+            "#",
+        ]
+    )
     ANY_TEXT = st.lists(st.one_of(st.characters(exclude_categories=()), DANGEROUS), max_size=30).map("".join)
 
-
     @settings(max_examples=150, deadline=None, database=None)
-    @given(names=st.lists(ANY_TEXT, min_size=1, max_size=5), assignment=st.one_of(st.none(), ANY_TEXT), status=ANY_TEXT)
+    @given(
+        names=st.lists(ANY_TEXT, min_size=1, max_size=5),
+        assignment=st.one_of(st.none(), ANY_TEXT),
+        status=ANY_TEXT,
+    )
     def test_grades_csv_takes_any_text(tmp_path_factory, names, assignment, status):
         path = tmp_path_factory.mktemp("csv") / "grades.csv"
-        rows = [{"submission": n, "assignment": assignment, "points": 1.5, "max_points": 3, "status": status} for n in names]
+        rows = [
+            {"submission": n, "assignment": assignment, "points": 1.5, "max_points": 3, "status": status}
+            for n in names
+        ]
         write_grades_csv(path, rows)
         text = path.read_bytes().decode("utf-8")  # valid UTF-8
         assert len(text.splitlines()) == len(rows) + 1  # one line per row, for any reader
@@ -562,18 +694,45 @@ else:
             assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in row), row
             assert row[2:4] == ["1.5", "3"]
 
-
     @settings(max_examples=150, deadline=None, database=None)
-    @given(name=ANY_TEXT, assignment=st.one_of(st.none(), ANY_TEXT), status=ANY_TEXT, message=ANY_TEXT, output=ANY_TEXT)
+    @given(
+        name=ANY_TEXT,
+        assignment=st.one_of(st.none(), ANY_TEXT),
+        status=ANY_TEXT,
+        message=ANY_TEXT,
+        output=ANY_TEXT,
+    )
     def test_reports_take_any_text(tmp_path_factory, name, assignment, status, message, output):
         folder = tmp_path_factory.mktemp("rep")
         for graded in (True, False):
             report = {
-                "submission": name + ".ipynb", "assignment": assignment, "points": 1, "max_points": 2,
-                "status": "graded" if graded else "error: " + status, "warnings": [],
-                "answers": [{"cell": "a", "exercise": "e", "found": True, "status": "raised " + message, "output": output}],
-                "checks": [{"id": "c", "exercise": "e", "hidden": False, "points": 0, "max_points": 1, "passed": False,
-                            "message": message, "output": output}],
+                "submission": name + ".ipynb",
+                "assignment": assignment,
+                "points": 1,
+                "max_points": 2,
+                "status": "graded" if graded else "error: " + status,
+                "warnings": [],
+                "answers": [
+                    {
+                        "cell": "a",
+                        "exercise": "e",
+                        "found": True,
+                        "status": "raised " + message,
+                        "output": output,
+                    }
+                ],
+                "checks": [
+                    {
+                        "id": "c",
+                        "exercise": "e",
+                        "hidden": False,
+                        "points": 0,
+                        "max_points": 1,
+                        "passed": False,
+                        "message": message,
+                        "output": output,
+                    }
+                ],
             }
             write_report(folder, report, {"e": "Exercise"})
             json.loads((folder / "report.json").read_bytes().decode("utf-8"))
@@ -584,11 +743,21 @@ else:
                 assert "<" not in ln or ln.startswith("## Exercise"), md
                 assert "\x1b" not in ln and "\r" not in ln
 
-
     @settings(max_examples=200, deadline=None, database=None)
-    @given(names=st.lists(st.text(alphabet=st.characters(exclude_categories=(), exclude_characters="/\x00"), min_size=1, max_size=30), max_size=8),
-           folders=st.lists(st.sampled_from(["a", "b", "B", "c/d"]), min_size=8, max_size=8))
-    @example(names=[":", "\ud800"], folders=["a"] * 8)  # a lone surrogate in a clashing name (found by hypothesis)
+    @given(
+        names=st.lists(
+            st.text(
+                alphabet=st.characters(exclude_categories=(), exclude_characters="/\x00"),
+                min_size=1,
+                max_size=30,
+            ),
+            max_size=8,
+        ),
+        folders=st.lists(st.sampled_from(["a", "b", "B", "c/d"]), min_size=8, max_size=8),
+    )
+    @example(
+        names=[":", "\ud800"], folders=["a"] * 8
+    )  # a lone surrogate in a clashing name (found by hypothesis)
     @example(names=["x", "x", "\udcff"], folders=["a", "b", "a"] + ["a"] * 5)  # an undecodable byte
     def test_report_folders_take_any_file_name(names, folders):
         paths = [f"{folder}/{name}.ipynb" for folder, name in zip(folders, names)]
@@ -600,7 +769,7 @@ else:
 
 # --- limits that hold (items 4 and 5) ------------------------------------------------------------
 
-ESCAPE_PROBE = '''
+ESCAPE_PROBE = """
 import ctypes, mmap, os, threading
 
 def probe():
@@ -629,7 +798,7 @@ def probe():
         os._exit(7)
     out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
     return out
-'''
+"""
 
 
 @pytest.mark.parametrize("mode", ["bwrap", "none"])

@@ -17,10 +17,18 @@ import time
 from pathlib import Path
 
 import pytest
+from grading_fixtures.cases import (
+    ALL_CHECKS,
+    CHECKS,
+    FILE_CASES,
+    MARKER,
+    SOLUTION,
+    Case,
+    graded_cases,
+    solution_answers,
+)
 
 from course_lib.grading.sandbox import OUTPUT_KEEP, Sandbox, bwrap_status
-
-from grading_fixtures.cases import ALL_CHECKS, CHECKS, FILE_CASES, MARKER, SOLUTION, Case, graded_cases, solution_answers
 
 HAVE_BWRAP, BWRAP_REASON = bwrap_status()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")
@@ -117,10 +125,18 @@ def batch(tmp_path_factory):
     for name, (writer, _) in FILE_CASES.items():
         writer(folder / f"{name}.ipynb")
         paths.append(folder / f"{name}.ipynb")
-    proc, elapsed = course_grade(paths, out, "--assignment", "02_transformer", "--jobs", "2", "--check-timeout", CHECK_TIMEOUT)
+    proc, elapsed = course_grade(
+        paths, out, "--assignment", "02_transformer", "--jobs", "2", "--check-timeout", CHECK_TIMEOUT
+    )
     listener.close()
     print(f"\nbatch of {len(paths)} submissions (--jobs 2): {elapsed:.1f} s")
-    return {"proc": proc, "out": out, "cases": {c.name: c for c in cases}, "paths": paths, "listener": listener}
+    return {
+        "proc": proc,
+        "out": out,
+        "cases": {c.name: c for c in cases},
+        "paths": paths,
+        "listener": listener,
+    }
 
 
 def test_batch_exit_code_and_one_row_per_submission(batch):
@@ -172,7 +188,9 @@ def test_batch_failure_messages_say_why(batch):
     crashes = messages(out, "crashes")
     assert "SIGSEGV" in crashes["causal-mask-small"] and "exit status 3" in crashes["attention-basic"]
     assert "exit status 3" in crashes["attention-masks"] and "raised SystemExit" in crashes["heads-small"]
-    assert "sandbox running your code ended" in crashes["positional-encoding-small"]  # it killed the zygote too
+    assert (
+        "sandbox running your code ended" in crashes["positional-encoding-small"]
+    )  # it killed the zygote too
     env = messages(out, "cheat_env")
     assert "may not be used in this assignment" in env["attention-basic"]
     assert "course_lib is not available" in env["heads-small"]
@@ -188,13 +206,20 @@ def test_batch_failure_messages_say_why(batch):
 def test_batch_hidden_checks_stay_hidden(batch):
     """No report shows a hidden check's source or an expected value of a hidden check."""
     sol = json.loads(SOLUTION.read_text())
-    visible = {ln.strip() for c in sol["cells"] if "check" in c["metadata"].get("tags", []) for ln in c["source"]}
+    visible = {
+        ln.strip() for c in sol["cells"] if "check" in c["metadata"].get("tags", []) for ln in c["source"]
+    }
     hidden_lines = [
-        ln.strip() for c in sol["cells"] if "hidden-check" in c["metadata"].get("tags", []) for ln in c["source"]
+        ln.strip()
+        for c in sol["cells"]
+        if "hidden-check" in c["metadata"].get("tags", [])
+        for ln in c["source"]
         if len(ln.strip()) > 25 and ln.strip() not in visible
     ]
     assert hidden_lines
-    hidden_ids = {c["metadata"]["course"]["id"] for c in sol["cells"] if "hidden-check" in c["metadata"].get("tags", [])}
+    hidden_ids = {
+        c["metadata"]["course"]["id"] for c in sol["cells"] if "hidden-check" in c["metadata"].get("tags", [])
+    }
     for folder in batch["out"].iterdir():
         if not folder.is_dir():
             continue
@@ -228,7 +253,9 @@ def test_batch_sandbox_holds(batch):
     assert batch["listener"].received == [], "the sandbox reached the host's network"
     env_out = " ".join(c["output"] for c in report(out, "cheat_env")["checks"])
     assert "nothing found" in env_out and "FOUND-SOLUTION" not in env_out
-    forks = [int(n) for c in report(out, "resources")["checks"] for n in re.findall(r"FORKED (\d+)", c["output"])]
+    forks = [
+        int(n) for c in report(out, "resources")["checks"] for n in re.findall(r"FORKED (\d+)", c["output"])
+    ]
     assert forks and max(forks) <= 32
     assert leftover_processes() == []
 
@@ -240,17 +267,34 @@ def test_fallback_without_sandbox(tmp_path, capsys):
     """`--sandbox none` (what runs where bubblewrap is missing): limits still hold, with a warning."""
     cases = [c for c in graded_cases(0) if c.name in ("solution", "crashes", "resources", "background")]
     paths = [c.write(tmp_path) for c in cases]
-    proc, _ = course_grade_here(capsys, paths, tmp_path / "out", "--assignment", "02_transformer", "--jobs", "2",
-                                "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
+    proc, _ = course_grade_here(
+        capsys,
+        paths,
+        tmp_path / "out",
+        "--assignment",
+        "02_transformer",
+        "--jobs",
+        "2",
+        "--check-timeout",
+        CHECK_TIMEOUT,
+        "--sandbox",
+        "none",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warning: bubblewrap (bwrap) is not usable here" in proc.stderr
     rows = {Path(r["submission"]).stem: r for r in read_rows(tmp_path / "out")}
     for case in cases:
         rep = report(tmp_path / "out", case.name)
         assert rep["sandbox"] == "none" and any("not usable" in w for w in rep["warnings"])
-        assert int(rows[case.name]["points"]) == case.expected_points(), {c["id"]: c["message"] for c in rep["checks"]}
+        assert int(rows[case.name]["points"]) == case.expected_points(), {
+            c["id"]: c["message"] for c in rep["checks"]
+        }
     if os.geteuid() == 0:  # as root the student code still runs under its own uid: processes are bounded
-        forks = [int(n) for c in report(tmp_path / "out", "resources")["checks"] for n in re.findall(r"FORKED (\d+)", c["output"])]
+        forks = [
+            int(n)
+            for c in report(tmp_path / "out", "resources")["checks"]
+            for n in re.findall(r"FORKED (\d+)", c["output"])
+        ]
         assert forks and max(forks) <= 32
     assert leftover_processes() == []
 
@@ -276,9 +320,23 @@ def test_every_solution_gets_full_marks_and_its_stub_zero(solution, tmp_path, ca
 def test_gradebook_columns_summary_and_gradescope_files(tmp_path, capsys):
     """A real batch (no sandbox, to be quick): grades.csv's exercise columns, the class
     summary at the end, and --format gradescope's results.json per submission."""
-    partial = Case("partial", base="stub", answers={k: v for k, v in solution_answers().items() if k == "causal-mask-answer"})
+    partial = Case(
+        "partial",
+        base="stub",
+        answers={k: v for k, v in solution_answers().items() if k == "causal-mask-answer"},
+    )
     subs = [Case("solution").write(tmp_path), partial.write(tmp_path)]
-    proc, _ = course_grade_here(capsys, subs, tmp_path / "out", "--sandbox", "none", "--format", "gradescope", "--check-timeout", CHECK_TIMEOUT)
+    proc, _ = course_grade_here(
+        capsys,
+        subs,
+        tmp_path / "out",
+        "--sandbox",
+        "none",
+        "--format",
+        "gradescope",
+        "--check-timeout",
+        CHECK_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rows(tmp_path / "out")
     assert list(rows[0])[5:] == list(CHECKS)  # one column per exercise, after the totals
@@ -289,7 +347,10 @@ def test_gradebook_columns_summary_and_gradescope_files(tmp_path, capsys):
     for name, score in (("solution", 12.0), ("partial", 2.0)):
         res = json.loads((tmp_path / "out" / name / "results.json").read_text())
         assert res["score"] == score and len(res["tests"]) == len(ALL_CHECKS)
-        assert sum(t["score"] for t in res["tests"]) == score and sum(t["max_score"] for t in res["tests"]) == 12.0
+        assert (
+            sum(t["score"] for t in res["tests"]) == score
+            and sum(t["max_score"] for t in res["tests"]) == 12.0
+        )
         assert all(set(t) >= {"name", "score", "max_score", "output"} for t in res["tests"])
 
 
@@ -302,7 +363,14 @@ def _insert_after(answer_key: str, cell: dict):
 
 
 def _code_cell(cid: str, source: str, metadata: dict | None = None) -> dict:
-    return {"cell_type": "code", "id": cid, "metadata": metadata or {}, "source": source, "outputs": [], "execution_count": None}
+    return {
+        "cell_type": "code",
+        "id": cid,
+        "metadata": metadata or {},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+    }
 
 
 ANSWER_STYLE_CASES = {
@@ -310,18 +378,39 @@ ANSWER_STYLE_CASES = {
     "copied_cell": dict(
         base="stub",
         answers={k: v for k, v in solution_answers().items() if k != "causal-mask-answer"},
-        edit=_insert_after("causal-mask-answer", _code_cell("copy-1", solution_answers()["causal-mask-answer"], {"course": {"answer": "causal-mask-answer", "exercise": "causal-mask"}})),
+        edit=_insert_after(
+            "causal-mask-answer",
+            _code_cell(
+                "copy-1",
+                solution_answers()["causal-mask-answer"],
+                {"course": {"answer": "causal-mask-answer", "exercise": "causal-mask"}},
+            ),
+        ),
     ),
     # the stub left as it is, the answer written in a new cell below it; a helper in a cell of its own
     "new_cell_below": dict(
         base="stub",
         answers={k: v for k, v in solution_answers().items() if k != "heads-answer"},
-        edit=_insert_after("heads-answer", _code_cell("mine", "def _last_dim():\n    return -1\n\n" + solution_answers()["heads-answer"])),
+        edit=_insert_after(
+            "heads-answer",
+            _code_cell("mine", "def _last_dim():\n    return -1\n\n" + solution_answers()["heads-answer"]),
+        ),
     ),
     # the helper the exercise texts recommend, imported at the top of the answer cell
-    "raises_import": dict(answers={"causal-mask-answer": "from course_lib.grading.checks import raises\n\n" + solution_answers()["causal-mask-answer"] + "\nwith raises(ValueError):\n    causal_mask(3, 2)\n"}),
+    "raises_import": dict(
+        answers={
+            "causal-mask-answer": "from course_lib.grading.checks import raises\n\n"
+            + solution_answers()["causal-mask-answer"]
+            + "\nwith raises(ValueError):\n    causal_mask(3, 2)\n"
+        }
+    ),
     # a correct function, then a demo slower than the answer-cell limit: interrupted, the function kept
-    "slow_demo": dict(answers={"heads-answer": solution_answers()["heads-answer"] + "\nimport time\nprint('demo starts')\ntime.sleep(120)\n"}),
+    "slow_demo": dict(
+        answers={
+            "heads-answer": solution_answers()["heads-answer"]
+            + "\nimport time\nprint('demo starts')\ntime.sleep(120)\n"
+        }
+    ),
 }
 
 
@@ -333,11 +422,17 @@ def test_answers_written_as_students_write_them_get_full_marks(mode, tmp_path, c
     if mode == "bwrap" and not HAVE_BWRAP:
         pytest.skip(f"bubblewrap unusable here: {BWRAP_REASON}")
     subs = [Case(name, **kw).write(tmp_path) for name, kw in ANSWER_STYLE_CASES.items()]
-    proc, elapsed = course_grade_here(capsys, subs, tmp_path / "out", "--sandbox", mode, "--check-timeout", CHECK_TIMEOUT)
+    proc, elapsed = course_grade_here(
+        capsys, subs, tmp_path / "out", "--sandbox", mode, "--check-timeout", CHECK_TIMEOUT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ANSWER_STYLE_CASES:
         rep = report(tmp_path / "out", name)
-        assert rep["points"] == rep["max_points"] == 12, (name, [c["message"] for c in rep["checks"] if not c["passed"]], rep["answers"])
+        assert rep["points"] == rep["max_points"] == 12, (
+            name,
+            [c["message"] for c in rep["checks"] if not c["passed"]],
+            rep["answers"],
+        )
     answers = {a["cell"]: a for a in report(tmp_path / "out", "copied_cell")["answers"]}
     assert "2 cells are marked as answer causal-mask-answer" in answers["causal-mask-answer"]["note"]
     assert "cell id 'copy-1'" in answers["causal-mask-answer"]["note"]
@@ -346,7 +441,10 @@ def test_answers_written_as_students_write_them_get_full_marks(mode, tmp_path, c
     answers = {a["cell"]: a for a in report(tmp_path / "out", "new_cell_below")["answers"]}
     assert answers["added cell mine"]["helper"] and answers["added cell mine"]["status"] == "ok"
     slow = {a["cell"]: a for a in report(tmp_path / "out", "slow_demo")["answers"]}["heads-answer"]
-    assert slow["status"].startswith(f"interrupted after the answer-cell limit of {float(CHECK_TIMEOUT):g} s") and "demo starts" in slow["output"]
+    assert (
+        slow["status"].startswith(f"interrupted after the answer-cell limit of {float(CHECK_TIMEOUT):g} s")
+        and "demo starts" in slow["output"]
+    )
 
 
 def _spending_solution(folder: Path) -> Path:
@@ -355,14 +453,44 @@ def _spending_solution(folder: Path) -> Path:
     nb = json.loads(SOLUTION.read_text())
     i = next(i for i, c in enumerate(nb["cells"]) if c.get("id") == "heads-hidden") + 1
     new = [
-        ("heads-zero-a", 0, True, "h = split_heads(torch.zeros(1, 2, 6), 3)\nassert h.shape == (1, 3, 2, 2)\n"),
-        ("heads-zero-b", 0, True, "h = split_heads(torch.zeros(1, 4, 6), 3)\nassert h.shape == (1, 3, 4, 2)\n"),
-        ("heads-loop", 1, False, "h = split_heads(torch.full((1, 2, 4), 7.0), 2)\nn = 0\nfor v in h.flatten().tolist():\n    for _ in range(int(v)):\n        n += 1\nassert n == 56\n"),
-        ("heads-mut", 1, True, "x = torch.full((1, 2, 4), 5.0)\nh = split_heads(x, 2)\nn = 0\nfor a in x.flatten().tolist():\n    for b in x.flatten().tolist():\n        n += 1\nassert n == 64\n"),
+        (
+            "heads-zero-a",
+            0,
+            True,
+            "h = split_heads(torch.zeros(1, 2, 6), 3)\nassert h.shape == (1, 3, 2, 2)\n",
+        ),
+        (
+            "heads-zero-b",
+            0,
+            True,
+            "h = split_heads(torch.zeros(1, 4, 6), 3)\nassert h.shape == (1, 3, 4, 2)\n",
+        ),
+        (
+            "heads-loop",
+            1,
+            False,
+            "h = split_heads(torch.full((1, 2, 4), 7.0), 2)\nn = 0\nfor v in h.flatten().tolist():\n    for _ in range(int(v)):\n        n += 1\nassert n == 56\n",
+        ),
+        (
+            "heads-mut",
+            1,
+            True,
+            "x = torch.full((1, 2, 4), 5.0)\nh = split_heads(x, 2)\nn = 0\nfor a in x.flatten().tolist():\n    for b in x.flatten().tolist():\n        n += 1\nassert n == 64\n",
+        ),
     ]
     for cid, points, compare, src in new:
         meta = {"id": cid, "points": points, **({} if compare else {"compare": False})}
-        nb["cells"].insert(i, {"cell_type": "code", "id": cid, "metadata": {"course": meta, "tags": ["hidden-check"]}, "source": src, "outputs": [], "execution_count": None})
+        nb["cells"].insert(
+            i,
+            {
+                "cell_type": "code",
+                "id": cid,
+                "metadata": {"course": meta, "tags": ["hidden-check"]},
+                "source": src,
+                "outputs": [],
+                "execution_count": None,
+            },
+        )
         i += 1
     ex = next(c for c in nb["cells"] if c.get("id") == "ex-heads")
     ex["metadata"]["course"]["points"] = 4
@@ -384,15 +512,29 @@ SPENDING = {
 }
 HEADS = solution_answers()["heads-answer"]
 SPENDING_ANSWERS = {
-    "huge_result": {"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        return torch.full((1, 2, 2, 2), 1e12)\n    return _split(x, n_heads)\n"},
-    "grow_argument": {"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    out = _split(x, n_heads)\n    if float(x.flatten()[0]) == 5.0:\n        x.set_(torch.zeros(1, 7000))\n    return out\n"},
-    "hang_on_zero_point": {"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if n_heads == 3:\n        while True:\n            pass\n    return _split(x, n_heads)\n"},
-    "kill_later": {"causal-mask-answer": solution_answers()["causal-mask-answer"].replace("def causal_mask(", "def _mask(") + (
-        "\n\nimport os, sys, threading, time\n\ndef _watch():\n    while True:\n        for f in list(sys._current_frames().values()):\n"
-        "            while f is not None:\n                if f.f_code.co_name == 'sinusoidal_encoding':\n                    os._exit(3)\n                f = f.f_back\n"
-        "        time.sleep(0.001)\n\ndef causal_mask(length, key_length=None):\n    threading.Thread(target=_watch, daemon=True).start()\n"
-        "    return _mask(length, key_length)\n"
-    )},
+    "huge_result": {
+        "heads-answer": HEADS.replace("def split_heads(", "def _split(")
+        + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        return torch.full((1, 2, 2, 2), 1e12)\n    return _split(x, n_heads)\n"
+    },
+    "grow_argument": {
+        "heads-answer": HEADS.replace("def split_heads(", "def _split(")
+        + "\n\ndef split_heads(x, n_heads):\n    out = _split(x, n_heads)\n    if float(x.flatten()[0]) == 5.0:\n        x.set_(torch.zeros(1, 7000))\n    return out\n"
+    },
+    "hang_on_zero_point": {
+        "heads-answer": HEADS.replace("def split_heads(", "def _split(")
+        + "\n\ndef split_heads(x, n_heads):\n    if n_heads == 3:\n        while True:\n            pass\n    return _split(x, n_heads)\n"
+    },
+    "kill_later": {
+        "causal-mask-answer": solution_answers()["causal-mask-answer"].replace(
+            "def causal_mask(", "def _mask("
+        )
+        + (
+            "\n\nimport os, sys, threading, time\n\ndef _watch():\n    while True:\n        for f in list(sys._current_frames().values()):\n"
+            "            while f is not None:\n                if f.f_code.co_name == 'sinusoidal_encoding':\n                    os._exit(3)\n                f = f.f_back\n"
+            "        time.sleep(0.001)\n\ndef causal_mask(length, key_length=None):\n    threading.Thread(target=_watch, daemon=True).start()\n"
+            "    return _mask(length, key_length)\n"
+        )
+    },
 }
 
 
@@ -403,7 +545,9 @@ def test_checks_cannot_be_made_to_spend(tmp_path, capsys):
     thread an earlier call left behind never fails a later honest check."""
     sol = _spending_solution(tmp_path / "solutions")
     subs = [Case(name, answers=SPENDING_ANSWERS[name]).write(tmp_path) for name in SPENDING]
-    proc, elapsed = course_grade_here(capsys, subs, tmp_path / "out", "--solutions", str(sol.parent), "--check-timeout", CHECK_TIMEOUT)
+    proc, elapsed = course_grade_here(
+        capsys, subs, tmp_path / "out", "--solutions", str(sol.parent), "--check-timeout", CHECK_TIMEOUT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name, (_, failing, message) in SPENDING.items():
         rep = report(tmp_path / "out", name)
@@ -425,11 +569,19 @@ def test_an_object_passed_twice_is_one_object_in_the_sandbox():
     box = Sandbox("bwrap" if HAVE_BWRAP else "none")
     box.start(time.monotonic() + 120)
     try:
-        assert box.request({"op": "exec", "key": "a", "source": "def same(x, y):\n    x.add_(1)\n    return x is y\n"}, time.monotonic() + 30).ok
+        assert box.request(
+            {"op": "exec", "key": "a", "source": "def same(x, y):\n    x.add_(1)\n    return x is y\n"},
+            time.monotonic() + 30,
+        ).ok
         import torch
 
         t = torch.zeros(2)
-        req = {"op": "call", "name": "same", "args": [encode_for_sandbox(t), encode_for_sandbox(t)], "kwargs": []}
+        req = {
+            "op": "call",
+            "name": "same",
+            "args": [encode_for_sandbox(t), encode_for_sandbox(t)],
+            "kwargs": [],
+        }
         plain = box.request(req, time.monotonic() + 30)
         shared = box.request({**req, "aliases": _aliases((t, t), {})}, time.monotonic() + 30)
     finally:
@@ -439,16 +591,39 @@ def test_an_object_passed_twice_is_one_object_in_the_sandbox():
 
 MESSAGE_CASES = {
     # torch's (or the student's own) NotImplementedError keeps its message
-    "own_not_implemented": ({"causal-mask-answer": "def causal_mask(length, key_length=None):\n    raise NotImplementedError('sparse masks are not supported here')\n"}, "causal-mask-small", "raised NotImplementedError: sparse masks are not supported here"),
+    "own_not_implemented": (
+        {
+            "causal-mask-answer": "def causal_mask(length, key_length=None):\n    raise NotImplementedError('sparse masks are not supported here')\n"
+        },
+        "causal-mask-small",
+        "raised NotImplementedError: sparse masks are not supported here",
+    ),
     # a function that raised where a check (compare off) used its result: "raised", not "returned"
-    "raised_not_returned": ({"heads-answer": HEADS.replace("def split_heads(", "def _split(") + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        raise TypeError('my own message')\n    return _split(x, n_heads)\n"}, "heads-loop", "raised TypeError: my own message"),
+    "raised_not_returned": (
+        {
+            "heads-answer": HEADS.replace("def split_heads(", "def _split(")
+            + "\n\ndef split_heads(x, n_heads):\n    if float(x.flatten()[0]) == 7.0:\n        raise TypeError('my own message')\n    return _split(x, n_heads)\n"
+        },
+        "heads-loop",
+        "raised TypeError: my own message",
+    ),
 }
 
 
 def test_messages_say_what_happened(tmp_path, capsys):
     sol = _spending_solution(tmp_path / "solutions")
     subs = [Case(name, answers=answers).write(tmp_path) for name, (answers, _, _) in MESSAGE_CASES.items()]
-    proc, _ = course_grade_here(capsys, subs, tmp_path / "out", "--solutions", str(sol.parent), "--check-timeout", CHECK_TIMEOUT, "--sandbox", "none")
+    proc, _ = course_grade_here(
+        capsys,
+        subs,
+        tmp_path / "out",
+        "--solutions",
+        str(sol.parent),
+        "--check-timeout",
+        CHECK_TIMEOUT,
+        "--sandbox",
+        "none",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name, (_, check, expected) in MESSAGE_CASES.items():
         msg = messages(tmp_path / "out", name)[check]
@@ -482,7 +657,9 @@ def test_rerun_into_the_same_folder_gives_the_same_results(tmp_path, capsys):
 def test_submission_time_limit_keeps_earlier_credit(tmp_path, capsys):
     loop = "def sinusoidal_encoding(max_len, d_model):\n    while True:\n        pass\n"
     path = Case("slow", answers={"positional-encoding-answer": loop}).write(tmp_path)
-    proc, elapsed = course_grade_here(capsys, [path], tmp_path / "out", "--timeout", "15", "--check-timeout", "60")
+    proc, elapsed = course_grade_here(
+        capsys, [path], tmp_path / "out", "--timeout", "15", "--check-timeout", "60"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = report(tmp_path / "out", "slow")
     assert rep["points"] == 2  # the causal mask, graded before the loop
@@ -528,7 +705,9 @@ def test_a_sandbox_that_cannot_start_grades_nothing(tmp_path, monkeypatch, capsy
 
     fake = tmp_path / "bin" / "bwrap"
     fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\nfor last; do :; done\n[ "$last" = /bin/true ] && exit 0\necho "bwrap: broken" >&2\nexit 1\n')
+    fake.write_text(
+        '#!/bin/sh\nfor last; do :; done\n[ "$last" = /bin/true ] && exit 0\necho "bwrap: broken" >&2\nexit 1\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
@@ -538,7 +717,9 @@ def test_a_sandbox_that_cannot_start_grades_nothing(tmp_path, monkeypatch, capsy
         monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("course grade: nothing was graded: the sandbox (bwrap) cannot run a known-good answer")
+        assert len(lines) == 1 and lines[0].startswith(
+            "course grade: nothing was graded: the sandbox (bwrap) cannot run a known-good answer"
+        )
         assert "bwrap: broken" in lines[0]
         assert not (tmp_path / "out" / "grades.csv").exists() and not (tmp_path / "out" / "solution").exists()
 
@@ -556,7 +737,7 @@ def test_sandbox_sees_no_solutions_no_network_and_no_course_lib(as_root, monkeyp
         pytest.skip("needs root")
     box = Sandbox("bwrap")
     box.start(time.monotonic() + 120)
-    probe = f'''
+    probe = f"""
 import os, socket
 def probe():
     out = {{"root": sorted(os.listdir("/")), "cwd": os.getcwd(), "uid": os.getuid()}}
@@ -578,7 +759,7 @@ def probe():
     except OSError:
         out["usr_writable"] = False
     return out
-'''
+"""
     try:
         assert box.request({"op": "exec", "key": "probe", "source": probe}, time.monotonic() + 30).ok
         result = box.request({"op": "call", "name": "probe", "args": [], "kwargs": []}, time.monotonic() + 30)
@@ -605,12 +786,16 @@ def test_directories_under_tmp_stay_visible_in_the_sandbox(tmp_path):
     assert str(tmp_path).startswith("/tmp/")
     (tmp_path / "probe.txt").write_text("visible\n")
     cmd = _bwrap_prefix(shutil.which("bwrap"), tmpfs_mb=8, extra_dirs=[str(tmp_path), "/tmp"])
-    out = subprocess.run(cmd + ["/bin/sh", "-c", f"cat {tmp_path}/probe.txt; touch /tmp/w && echo writable"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        cmd + ["/bin/sh", "-c", f"cat {tmp_path}/probe.txt; touch /tmp/w && echo writable"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.stdout.split() == ["visible", "writable"], out.stderr
 
 
-GRAD_PROBE = '''
+GRAD_PROBE = """
 import torch
 
 
@@ -627,7 +812,7 @@ def probe(x, plain):
 
 def cut(x):
     x.detach_()
-'''
+"""
 
 
 def test_requires_grad_crosses_the_sandbox_both_ways():
@@ -645,8 +830,12 @@ def test_requires_grad_crosses_the_sandbox_both_ways():
     box.start(time.monotonic() + 120)
     try:
         assert box.request({"op": "exec", "key": "probe", "source": GRAD_PROBE}, time.monotonic() + 30).ok
-        result = box.request({"op": "call", "name": "probe", "args": args, "kwargs": []}, time.monotonic() + 30)
-        cut = box.request({"op": "call", "name": "cut", "args": args[:1], "kwargs": []}, time.monotonic() + 30)
+        result = box.request(
+            {"op": "call", "name": "probe", "args": args, "kwargs": []}, time.monotonic() + 30
+        )
+        cut = box.request(
+            {"op": "call", "name": "cut", "args": args[:1], "kwargs": []}, time.monotonic() + 30
+        )
     finally:
         box.kill()
     assert result.ok and not result.mutated, (result.error, result.mutated)

@@ -18,16 +18,25 @@ import time
 from pathlib import Path
 
 import pytest
+from grading_fixtures.chapters import forbidden_at_home
 
 from course_lib.grading.format import load_assignment
 from course_lib.grading.sandbox import bwrap_status
-from grading_fixtures.chapters import forbidden_at_home
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = ["01_elmo", "02_transformer", "03_bert", "04_albert", "05_ar_ae", "06_xlnet", "07_distillation", "08_probing"]
+CHAPTERS = [
+    "01_elmo",
+    "02_transformer",
+    "03_bert",
+    "04_albert",
+    "05_ar_ae",
+    "06_xlnet",
+    "07_distillation",
+    "08_probing",
+]
 SANDBOX = "bwrap" if bwrap_status()[0] else "none"
 
-PERTURB = '''
+PERTURB = """
 
 def _perturb(v):
     if isinstance(v, torch.Tensor):
@@ -45,18 +54,18 @@ def _perturb(v):
     if isinstance(v, (int, float)):
         return v + 1
     return v
-'''
+"""
 
-WRAP_PERTURB = '''
+WRAP_PERTURB = """
 
 _orig_{f} = {f}
 
 
 def {f}(*args, **kwargs):
     return _perturb(_orig_{f}(*args, **kwargs))
-'''
+"""
 
-WRAP_NO_RAISE = '''
+WRAP_NO_RAISE = """
 
 _orig_{f} = {f}
 
@@ -66,9 +75,9 @@ def {f}(*args, **kwargs):
         return _orig_{f}(*args, **kwargs)
     except Exception:
         return None
-'''
+"""
 
-PER_TOKEN_NORM = '''
+PER_TOKEN_NORM = """
 def scalar_mix(layers, w, gamma, mask=None, do_layer_norm=False):
     if do_layer_norm:  # normalises each token on its own: the mistake the instructions warn about
         if mask is None:
@@ -81,7 +90,7 @@ def scalar_mix(layers, w, gamma, mask=None, do_layer_norm=False):
     if mask is not None:
         out = out * mask[..., None].to(out.dtype)
     return out
-'''
+"""
 
 
 def _cells(nb, tag):
@@ -123,7 +132,7 @@ def home_verdicts(chapter: str, answers: dict[str, str]) -> dict[str, tuple[bool
             try:
                 exec(compile(_src(cell), f"<check cell {i}>", "exec"), ns)
                 out[cell["metadata"]["course"]["id"]] = (True, "")
-            except Exception as exc:  # noqa: BLE001 - the student's notebook shows it as a failed cell
+            except Exception as exc:
                 out[cell["metadata"]["course"]["id"]] = (False, f"{type(exc).__name__}: {exc}")
     return out
 
@@ -144,11 +153,26 @@ def graded(tmp_path_factory):
             path = folder / f"{chapter}__{name}.ipynb"
             path.write_text(json.dumps(nb))
             subs[(chapter, name)] = path
-    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2",
-           "--check-timeout", "5", "--sandbox", SANDBOX]
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_lib.cli",
+        "grade",
+        *map(str, subs.values()),
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+        "--check-timeout",
+        "5",
+        "--sandbox",
+        SANDBOX,
+    ]
     start = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    print(f"\n{len(subs)} wrong-answer submissions graded ({SANDBOX}, --jobs 2) in {time.monotonic() - start:.1f} s")
+    print(
+        f"\n{len(subs)} wrong-answer submissions graded ({SANDBOX}, --jobs 2) in {time.monotonic() - start:.1f} s"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(out / "grades.csv", newline="") as fh:
         rows = {Path(r["submission"]).stem: r for r in csv.DictReader(fh)}
@@ -156,7 +180,9 @@ def graded(tmp_path_factory):
     for (chapter, name), path in subs.items():
         assert rows[path.stem]["status"] == "graded", rows[path.stem]
         rep = json.loads((out / path.stem / "report.json").read_text())
-        result[(chapter, name)] = {c["id"]: (c["passed"], c["message"]) for c in rep["checks"] if not c["hidden"]}
+        result[(chapter, name)] = {
+            c["id"]: (c["passed"], c["message"]) for c in rep["checks"] if not c["hidden"]
+        }
     return result
 
 
@@ -188,7 +214,10 @@ def test_reference_answers_pass_every_visible_check_at_home(chapter):
 
 def test_per_token_layer_norm_fails_at_home_as_in_the_grader(graded):
     home = home_verdicts("01_elmo", variants("01_elmo")["per_token_norm"])
-    assert home["scalar-mix-layer-norm"][0] is False and graded[("01_elmo", "per_token_norm")]["scalar-mix-layer-norm"][0] is False
+    assert (
+        home["scalar-mix-layer-norm"][0] is False
+        and graded[("01_elmo", "per_token_norm")]["scalar-mix-layer-norm"][0] is False
+    )
     assert "wrong values" in home["scalar-mix-layer-norm"][1]
 
 
@@ -226,7 +255,9 @@ def test_visible_checks_make_the_same_calls_on_other_cpu_kernels():
         env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
         if kernels:
             env["ATEN_CPU_CAPABILITY"] = kernels
-        run = subprocess.run([sys.executable, "-c", RECORD_KEYS, *paths], env=env, capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-c", RECORD_KEYS, *paths], env=env, capture_output=True, text=True, timeout=300
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         keys[kernels] = json.loads(run.stdout)
     assert keys["default"].keys() == keys[None].keys() and len(keys[None]) >= 8

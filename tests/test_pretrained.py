@@ -125,4 +125,3 @@ def test_encode_truncates_like_sentence_transformers(minilm):
     batch = encode(tok, ["word " * 400], max_len=256)
     assert batch["input_ids"].shape == (1, 256)
     assert batch["input_ids"][0, -1].item() == tok.token_to_id("[SEP]")
-

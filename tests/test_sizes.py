@@ -9,28 +9,28 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
+from torch import nn
 
-from course_lib.models.albert import (  # noqa: E402
+from course_lib.models.albert import (
     AlbertConfig,
     AlbertForMaskedLM,
     AlbertForPreTraining,
     AlbertModel,
 )
-from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel  # noqa: E402
-from course_lib.models.roberta import RobertaConfig, RobertaForMaskedLM, RobertaModel  # noqa: E402
-from course_lib.models.sizes import (  # noqa: E402
+from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel
+from course_lib.models.roberta import RobertaConfig, RobertaForMaskedLM, RobertaModel
+from course_lib.models.sizes import (
     PARTS,
     measured_breakdown,
     millions,
     parameter_breakdown,
     sublayer_counts,
 )
-from course_lib.widgets import ParameterCounter, SizeReport, plot_breakdown, size_config  # noqa: E402
-from course_lib.widgets.parameters import PRESETS  # noqa: E402
+from course_lib.widgets import ParameterCounter, SizeReport, plot_breakdown, size_config
+from course_lib.widgets.parameters import PRESETS
 
 
 def bert(size: str, **kw) -> BertConfig:

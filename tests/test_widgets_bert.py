@@ -8,15 +8,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from course_lib.data import generate_documents, train_byte_bpe, train_wordpiece  # noqa: E402
-from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel  # noqa: E402
-from course_lib.models.roberta import RobertaConfig, RobertaForMaskedLM  # noqa: E402
-from course_lib.objectives import KEPT, MASKED, RANDOM  # noqa: E402
-from course_lib.widgets import AttentionExplorer, MaskingWidget, bert_attention, bert_attention_explorer  # noqa: E402
+from course_lib.data import generate_documents, train_byte_bpe, train_wordpiece
+from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel
+from course_lib.models.roberta import RobertaConfig, RobertaForMaskedLM
+from course_lib.objectives import KEPT, MASKED, RANDOM
+from course_lib.widgets import AttentionExplorer, MaskingWidget, bert_attention, bert_attention_explorer
 
 LONG = "The keys to the old cabinet are on the table near the window of the quiet house in the city."
 

@@ -12,14 +12,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from course_lib.models.xlnet import XLNetConfig, XLNetLMHeadModel, XLNetModel  # noqa: E402
-from course_lib.objectives import factorised_log_prob, permutation_masks, sample_orders  # noqa: E402
-from course_lib.widgets import (  # noqa: E402
+from course_lib.models.xlnet import XLNetConfig, XLNetLMHeadModel, XLNetModel
+from course_lib.objectives import factorised_log_prob, permutation_masks, sample_orders
+from course_lib.widgets import (
     PAPER_ORDER,
     PermutationWidget,
     factorised_probabilities,
@@ -27,7 +27,7 @@ from course_lib.widgets import (  # noqa: E402
     permutation_widget,
     plot_permutation_masks,
 )
-from course_lib.widgets.permutation import check_order, from_one_based, parse_order  # noqa: E402
+from course_lib.widgets.permutation import check_order, from_one_based, parse_order
 
 V = 30
 TOKENS = ["New", "York", "is", "a", "city"]

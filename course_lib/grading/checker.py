@@ -37,10 +37,21 @@ from pathlib import Path
 from .compare import compare_values
 from .format import Assignment, Check, load_assignment
 from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_subreaper
-from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 from .sandbox_worker import apply_aliases, decode
+from .wire import ProtocolError, describe, encode_for_sandbox, to_python
 
-__all__ = ["ANSWER_CELL_TIMEOUT", "CheckFailure", "GraderFailure", "PREFLIGHT_ANSWER", "preflight", "StudentFunction", "Reference", "grade_answers", "seeds_for", "main"]
+__all__ = [
+    "ANSWER_CELL_TIMEOUT",
+    "CheckFailure",
+    "GraderFailure",
+    "PREFLIGHT_ANSWER",
+    "preflight",
+    "StudentFunction",
+    "Reference",
+    "grade_answers",
+    "seeds_for",
+    "main",
+]
 
 MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
 MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
@@ -107,10 +118,10 @@ class Reference:
         self.assignment = assignment
         self.base: dict = {"__name__": "__check__", "__builtins__": builtins}
         for i, src in enumerate(assignment.preamble):
-            exec(compile(src, f"<preamble {i}>", "exec"), self.base)  # noqa: S102 - instructor code
+            exec(compile(src, f"<preamble {i}>", "exec"), self.base)
         ns = dict(self.base)
         for answer in assignment.answers:
-            exec(compile(answer.source, f"<reference {answer.key}>", "exec"), ns)  # noqa: S102
+            exec(compile(answer.source, f"<reference {answer.key}>", "exec"), ns)
         self.functions = {name: ns[name] for e in assignment.exercises for name in e.functions}
 
 
@@ -148,7 +159,7 @@ def _ipython_to_python(source: str) -> str:
         from IPython.core.inputtransformer2 import TransformerManager
 
         return TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001 - leave it to the sandbox to report the SyntaxError
+    except Exception:
         return source
 
 
@@ -192,7 +203,11 @@ class _Run:
         the zygote when the last one crashed or hung, start a new sandbox when needed."""
         while self.sandbox is None or not self.sandbox.child_alive:
             if self.starts >= MAX_SANDBOX_STARTS:
-                raise _Lost(SandboxLost("start", f"not run: the student process was restarted {MAX_SANDBOX_STARTS} times"))
+                raise _Lost(
+                    SandboxLost(
+                        "start", f"not run: the student process was restarted {MAX_SANDBOX_STARTS} times"
+                    )
+                )
             if time.monotonic() >= self.deadline:
                 raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
             self.starts += 1
@@ -211,7 +226,9 @@ class _Run:
             except SandboxLost as exc:
                 self.drop_sandbox()
                 if exc.kind == "timeout" and deadline >= self.deadline:
-                    raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached")) from None
+                    raise _Lost(
+                        SandboxLost("timeout", "not run: the submission's time limit was reached")
+                    ) from None
                 if not fresh:  # a fork from the zygote failed: what the last student process left behind
                     raise _Lost(exc) from None
                 raise GraderFailure(exc.reason) from None
@@ -220,17 +237,30 @@ class _Run:
                     self.warnings.append(w)
             try:
                 for i, src in enumerate(self.assignment.preamble):
-                    out = box.request({"op": "exec", "key": f"preamble-{i}", "source": src}, self._answer_deadline())
+                    out = box.request(
+                        {"op": "exec", "key": f"preamble-{i}", "source": src}, self._answer_deadline()
+                    )
                     if not out.ok:
                         self.drop_sandbox()
                         if self.preamble_ran:  # it ran before: what changed is the student's doing
-                            raise _Lost(SandboxLost("exit", f"the student process was broken before your code ran ({out.error['type']})"))
-                        raise GraderFailure(f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}")
+                            raise _Lost(
+                                SandboxLost(
+                                    "exit",
+                                    f"the student process was broken before your code ran ({out.error['type']})",
+                                )
+                            )
+                        raise GraderFailure(
+                            f"the instructor's preamble cell failed in the sandbox: {out.error['type']}: {out.error['message']}"
+                        )
             except SandboxLost as exc:  # the preamble itself timed out or crashed
                 self.drop_sandbox()
                 if self.preamble_ran:  # e.g. a process left behind by the student's code ate the time
-                    raise _Lost(SandboxLost(exc.kind, f"the student process did not get ready ({exc.reason})")) from None
-                raise GraderFailure(f"the instructor's preamble cell did not run in the sandbox: {exc.reason}") from None
+                    raise _Lost(
+                        SandboxLost(exc.kind, f"the student process did not get ready ({exc.reason})")
+                    ) from None
+                raise GraderFailure(
+                    f"the instructor's preamble cell did not run in the sandbox: {exc.reason}"
+                ) from None
             self.preamble_ran = True
             for state in self.answers.values():
                 if not state.found or state.poisoned:
@@ -259,7 +289,11 @@ class _Run:
                             "before that point is kept, the rest of it did not run (move slow demos out of answer cells)"
                         )
                     else:
-                        state.status = "ok" if out.ok else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                        state.status = (
+                            "ok"
+                            if out.ok
+                            else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                        )
                     if not out.ok and not out.interrupted and out.error.get("traceback"):
                         state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
 
@@ -277,7 +311,9 @@ class _Run:
             if s.exercise != exercise:
                 continue
             if not s.found:
-                notes.append(f"answer cell {s.key!r} is missing from your notebook (only answer cells are graded)")
+                notes.append(
+                    f"answer cell {s.key!r} is missing from your notebook (only answer cells are graded)"
+                )
             elif s.status != "ok":
                 notes.append(f"answer cell {s.key!r} {s.status}")
         return "; ".join(notes)
@@ -287,13 +323,21 @@ class StudentFunction:
     """Stands for a student's function inside a check: call -> sandbox, compare with the reference."""
 
     def __init__(self, run: _Run, check: Check, name: str, reference, deadline: list[float]):
-        self._run, self._check, self._name, self._reference, self._deadline = run, check, name, reference, deadline
+        self._run, self._check, self._name, self._reference, self._deadline = (
+            run,
+            check,
+            name,
+            reference,
+            deadline,
+        )
         self.__name__ = name
 
     def _describe_call(self, args, kwargs) -> str:
         try:
             bound = inspect.signature(self._reference).bind(*args, **kwargs)
-            parts = [f"{k}={describe(v) if not self._show(v) else repr(v)}" for k, v in bound.arguments.items()]
+            parts = [
+                f"{k}={describe(v) if not self._show(v) else repr(v)}" for k, v in bound.arguments.items()
+            ]
         except (TypeError, ValueError):
             parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
         return f"{self._name}({', '.join(parts)})"
@@ -312,7 +356,7 @@ class StudentFunction:
         apply_aliases(ref_args, ref_kwargs, aliases)
         try:
             ref_value = self._reference(*ref_args, **ref_kwargs)
-        except Exception as exc:  # noqa: BLE001 - the reference raising is part of the spec
+        except Exception as exc:
             ref_exc = exc
         call = self._describe_call(args, kwargs)
         for attempt in range(2):
@@ -329,9 +373,15 @@ class StudentFunction:
                 run.dropped += dropped
                 if exc.kind == "exit" and exc.before_request:
                     # it ended after its last answer, before it read this call
-                    if run.answered_in_check:  # ... between two calls of this check: it was serving this check
-                        raise CheckFailure(f"{call}: the process running your code ended after answering the previous call ({exc.reason})") from None
-                    if attempt == 0:  # ... after the previous check was done: a fresh process answers this call
+                    if (
+                        run.answered_in_check
+                    ):  # ... between two calls of this check: it was serving this check
+                        raise CheckFailure(
+                            f"{call}: the process running your code ended after answering the previous call ({exc.reason})"
+                        ) from None
+                    if (
+                        attempt == 0
+                    ):  # ... after the previous check was done: a fresh process answers this call
                         continue
                 if exc.kind == "exit" and attempt == 0 and run.spawned_for != check.id:
                     # it ended while answering, in a process started for an earlier check (whose calls
@@ -349,7 +399,9 @@ class StudentFunction:
                 raise ref_exc
             if err["type"] == "NameError" and err["message"] == f"your answer does not define {self._name!r}":
                 note = run.answer_note(check.exercise)
-                raise CheckFailure(f"your answer does not define {self._name}" + (f" ({note})" if note else ""))
+                raise CheckFailure(
+                    f"your answer does not define {self._name}" + (f" ({note})" if note else "")
+                )
             if err["type"] == "NotImplementedError" and _is_stub_message(err["message"], self._name):
                 raise CheckFailure(f"{self._name} is not implemented yet (it raised NotImplementedError)")
             if err["type"] == "ForbiddenCall":
@@ -359,7 +411,9 @@ class StudentFunction:
             if 'File "' in tb:  # the student's frames: where it went wrong
                 run.call_output.append(_clip(tb, 4000))
             if ref_exc is not None:
-                raise CheckFailure(f"{call} raised {err['type']}: {detail} (it should raise {type(ref_exc).__name__})")
+                raise CheckFailure(
+                    f"{call} raised {err['type']}: {detail} (it should raise {type(ref_exc).__name__})"
+                )
             if not check.compare:
                 for name in err["mro"]:
                     cls = getattr(builtins, name, None)
@@ -374,8 +428,17 @@ class StudentFunction:
             raise CheckFailure(f"{call} returned data the grader cannot read ({exc})") from None
         if check.compare:
             if ref_exc is not None:
-                raise CheckFailure(f"{call} returned {describe(value)}, but should raise {type(ref_exc).__name__}")
-            msg = compare_values(ref_value, value, rtol=check.rtol, atol=check.atol, hidden=check.hidden, exact_dtype=check.exact_dtype)
+                raise CheckFailure(
+                    f"{call} returned {describe(value)}, but should raise {type(ref_exc).__name__}"
+                )
+            msg = compare_values(
+                ref_value,
+                value,
+                rtol=check.rtol,
+                atol=check.atol,
+                hidden=check.hidden,
+                exact_dtype=check.exact_dtype,
+            )
             if msg:
                 raise CheckFailure(f"{call}: {msg}")
         return value
@@ -386,8 +449,12 @@ class StudentFunction:
             if check.points > 0:  # a 0-point check (for learning) never uses up the exercise's timeouts
                 run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
             if self._deadline[0] >= run.deadline:
-                raise CheckFailure(f"{call} did not finish before the submission's time limit was reached") from None
-            raise CheckFailure(f"{call} did not finish within the time limit ({self._limit_text()})") from None
+                raise CheckFailure(
+                    f"{call} did not finish before the submission's time limit was reached"
+                ) from None
+            raise CheckFailure(
+                f"{call} did not finish within the time limit ({self._limit_text()})"
+            ) from None
         raise CheckFailure(f"{call}: {exc.reason}") from None
 
     def _limit_text(self) -> str:
@@ -406,7 +473,9 @@ def _mutate_in_place(orig, new) -> None:
                     orig.copy_(new)
                 else:
                     orig.set_(new.clone())
-            if orig.is_leaf and orig.requires_grad != new.requires_grad:  # e.g. requires_grad_(False) on an argument
+            if (
+                orig.is_leaf and orig.requires_grad != new.requires_grad
+            ):  # e.g. requires_grad_(False) on an argument
                 orig.requires_grad_(new.requires_grad)
     elif isinstance(orig, list) and isinstance(new, (list, tuple)):
         for i in range(min(len(orig), len(new))):
@@ -414,8 +483,8 @@ def _mutate_in_place(orig, new) -> None:
                 _mutate_in_place(orig[i], new[i])
             else:
                 orig[i] = new[i]
-        del orig[len(new):]
-        orig.extend(new[len(orig):])
+        del orig[len(new) :]
+        orig.extend(new[len(orig) :])
     elif isinstance(orig, tuple) and isinstance(new, (list, tuple)) and len(orig) == len(new):
         for o, n in zip(orig, new):
             _mutate_in_place(o, n)
@@ -424,7 +493,11 @@ def _mutate_in_place(orig, new) -> None:
             if k not in new:
                 del orig[k]
         for k, v in new.items():
-            if k in orig and isinstance(orig[k], (torch.Tensor, list, dict, tuple)) and type(orig[k]) is type(v):
+            if (
+                k in orig
+                and isinstance(orig[k], (torch.Tensor, list, dict, tuple))
+                and type(orig[k]) is type(v)
+            ):
                 _mutate_in_place(orig[k], v)
             else:
                 orig[k] = v
@@ -471,7 +544,9 @@ def _structure(value):
     return type(value).__name__
 
 
-def _apply_mutations(args, kwargs, mutated, call: str, ref_args=None, ref_kwargs=None, *, hidden: bool = False) -> None:
+def _apply_mutations(
+    args, kwargs, mutated, call: str, ref_args=None, ref_kwargs=None, *, hidden: bool = False
+) -> None:
     """Apply the student's in-place changes to the check's own arguments. A change of shape,
     dtype, length or type that the reference answer did not make to its copy fails the check:
     the check's own code must never work on inputs the student's code chose."""
@@ -479,14 +554,24 @@ def _apply_mutations(args, kwargs, mutated, call: str, ref_args=None, ref_kwargs
         try:
             new = to_python(encoded)
         except (ProtocolError, ValueError, TypeError) as exc:
-            raise CheckFailure(f"{call} changed an argument into data the grader cannot read ({exc})") from None
+            raise CheckFailure(
+                f"{call} changed an argument into data the grader cannot read ({exc})"
+            ) from None
         if isinstance(key, int) and 0 <= key < len(args):
-            orig, ref, name = args[key], (ref_args[key] if ref_args is not None and key < len(ref_args) else None), f"argument {key + 1}"
+            orig, ref, name = (
+                args[key],
+                (ref_args[key] if ref_args is not None and key < len(ref_args) else None),
+                f"argument {key + 1}",
+            )
         elif isinstance(key, str) and key in kwargs:
             orig, ref, name = kwargs[key], (ref_kwargs or {}).get(key), f"argument {key!r}"
         else:
             continue
-        if ref_args is not None and _structure(new) != _structure(orig) and _structure(new) != _structure(ref):
+        if (
+            ref_args is not None
+            and _structure(new) != _structure(orig)
+            and _structure(new) != _structure(ref)
+        ):
             what = "" if hidden else f" (from {describe(orig)} to {describe(new)})"
             raise CheckFailure(
                 f"{call} changed the shape, dtype, length or type of its {name} in place{what}; "
@@ -547,12 +632,14 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
                 f"not run: your code for this exercise ran out of time in {MAX_TIMEOUTS_PER_EXERCISE} checks (see the checks above)"
             )
         run.ensure_sandbox()
-        deadline[0] = min(time.monotonic() + limit, run.deadline)  # starting the sandbox is not the check's time
+        deadline[0] = min(
+            time.monotonic() + limit, run.deadline
+        )  # starting the sandbox is not the check's time
         # the whole check -- its own code, the reference answers, the student's calls -- ends
         # at the check's deadline (plus the grace a response is read in): a value the
         # student's code returned or changed cannot make the check's own loops run longer
         with _alarm_at(deadline[0] + CHECK_GRACE):
-            exec(compile(check.source, f"<check {check.id}>", "exec"), ns)  # noqa: S102 - instructor code
+            exec(compile(check.source, f"<check {check.id}>", "exec"), ns)
         passed, message = True, "passed"
     except _CheckOutOfTime:
         run.drop_sandbox()  # a request may have been cut off midway: the next check starts afresh
@@ -571,8 +658,10 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     except GraderFailure:
         raise
     except MemoryError:
-        message = "the check ran out of memory working on what your code returned (the grader's memory is limited)"
-    except Exception as exc:  # noqa: BLE001 - the check could not use the student's values
+        message = (
+            "the check ran out of memory working on what your code returned (the grader's memory is limited)"
+        )
+    except Exception as exc:
         if getattr(exc, "__course_raised_by_student__", False):  # the student's function raised: say so
             message = _clip(str(exc), 1000)
         elif check.hidden:  # its message would describe the check's own computation (sizes, values)
@@ -626,7 +715,9 @@ def grade_answers(
         if item.get("helper"):
             if key in keys:
                 continue
-            states[key] = _AnswerState(key, str(item.get("exercise")), True, _ipython_to_python(src), helper=True)
+            states[key] = _AnswerState(
+                key, str(item.get("exercise")), True, _ipython_to_python(src), helper=True
+            )
         elif key in keys and answers.get(key) is not None:
             states[key] = _AnswerState(key, keys[key], True, _ipython_to_python(answers[key]))
     for a in assignment.answers:
@@ -635,13 +726,19 @@ def grade_answers(
         src = answers.get(a.key)
         found = src is not None
         states[a.key] = _AnswerState(
-            a.key, a.exercise, found, _ipython_to_python(src) if found else None, "not run" if found else "missing"
+            a.key,
+            a.exercise,
+            found,
+            _ipython_to_python(src) if found else None,
+            "not run" if found else "missing",
         )
     for key, note in (notes or {}).items():
         if key in states and isinstance(note, str):
             states[key].note = note[:500]
     answer_timeout = ANSWER_CELL_TIMEOUT if check_timeout is None else min(ANSWER_CELL_TIMEOUT, check_timeout)
-    run = _Run(assignment, reference, mode, limits or SandboxLimits(), states, start + timeout, answer_timeout)
+    run = _Run(
+        assignment, reference, mode, limits or SandboxLimits(), states, start + timeout, answer_timeout
+    )
     seeds = seeds_for(assignment, answers)
     results = []
     try:
@@ -694,13 +791,20 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
             problem = f"a known-good answer cell failed in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
         else:
             arg = [1.0, 2.0, 3.0]
-            out = box.request({"op": "call", "name": "course_preflight", "args": [encode_for_sandbox(arg)], "kwargs": []}, deadline)
+            out = box.request(
+                {"op": "call", "name": "course_preflight", "args": [encode_for_sandbox(arg)], "kwargs": []},
+                deadline,
+            )
             expected = torch.softmax(torch.tensor(arg, dtype=torch.float64), dim=-1) * math.e
             if not out.ok:
                 problem = f"a known-good function raised in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
             else:
                 value = to_python(out.value)
-                if not (isinstance(value, torch.Tensor) and value.shape == expected.shape and torch.allclose(value, expected)):
+                if not (
+                    isinstance(value, torch.Tensor)
+                    and value.shape == expected.shape
+                    and torch.allclose(value, expected)
+                ):
                     problem = "a known-good function returned a wrong value from it"
     except (SandboxLost, ProtocolError, ValueError, TypeError) as exc:
         problem = str(getattr(exc, "reason", exc))
@@ -747,7 +851,7 @@ def main() -> int:
     proto_out = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # prints from check code must not mix with the protocol
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+    sys.stdout = open(os.devnull, "w")
     become_subreaper()
     import torch
 
@@ -764,7 +868,7 @@ def main() -> int:
             try:
                 problem = preflight(req["mode"], SandboxLimits(**req.get("limits", {})))
                 reply = {"ok": problem is None, "error": problem}
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             proto_out.write(json.dumps(reply) + "\n")
             proto_out.flush()
@@ -790,8 +894,12 @@ def main() -> int:
                 notes=req.get("notes"),
             )
             reply = {"ok": True, "result": result}
-        except Exception as exc:  # noqa: BLE001 - reported as this submission's error
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]}
+        except Exception as exc:
+            reply = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-4000:],
+            }
         proto_out.write(json.dumps(reply) + "\n")
         proto_out.flush()
     return 0

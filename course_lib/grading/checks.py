@@ -74,7 +74,11 @@ def course_lib_use(fn, _seen: set | None = None) -> str | None:
             pass
     wanted = set(names(code)) | {k for k in env if k.startswith("<closure")}
     for n in sorted(wanted):
-        if (n == "course_lib" or n.startswith("course_lib.")) and n not in env and not n.startswith("course_lib.grading.checks"):
+        if (
+            (n == "course_lib" or n.startswith("course_lib."))
+            and n not in env
+            and not n.startswith("course_lib.grading.checks")
+        ):
             return f"imports {n}"
         if n not in env:
             continue
@@ -82,8 +86,12 @@ def course_lib_use(fn, _seen: set | None = None) -> str | None:
         mod = from_course_lib(obj)
         if mod:
             return f"uses {n} from {mod}"
-        obj = getattr(obj, "__course_student_function__", obj)  # another check's wrapper around a student function
-        if isinstance(obj, types.FunctionType) and not str(getattr(obj, "__module__", "")).startswith("course_lib."):
+        obj = getattr(
+            obj, "__course_student_function__", obj
+        )  # another check's wrapper around a student function
+        if isinstance(obj, types.FunctionType) and not str(getattr(obj, "__module__", "")).startswith(
+            "course_lib."
+        ):
             found = course_lib_use(obj, seen)
             if found:
                 return found
@@ -121,7 +129,9 @@ class visible_check:
 
             for n in sys._getframe(1).f_code.co_names:
                 fn = getattr(self.namespace.get(n), "__course_student_function__", self.namespace.get(n))
-                if isinstance(fn, types.FunctionType) and fn.__module__ == self.namespace.get("__name__", "__main__"):
+                if isinstance(fn, types.FunctionType) and fn.__module__ == self.namespace.get(
+                    "__name__", "__main__"
+                ):
                     used = course_lib_use(fn)
                     if used:
                         raise AssertionError(
@@ -190,7 +200,9 @@ class visible_check:
                 if expected is None:
                     raise
                 if "raises" not in expected:  # the grader fails the check here, whatever the check catches
-                    raise AssertionError(f"{describe(args, kwargs)} raised {type(exc).__name__}: {exc}") from exc
+                    raise AssertionError(
+                        f"{describe(args, kwargs)} raised {type(exc).__name__}: {exc}"
+                    ) from exc
                 if expected["raises"][0] not in [c.__name__ for c in type(exc).__mro__]:
                     raise AssertionError(
                         f"{describe(args, kwargs)} raised {type(exc).__name__}: {exc} (it should raise {expected['raises'][0]})"
@@ -199,13 +211,20 @@ class visible_check:
             if expected is None:
                 return result
             if "raises" in expected:
-                raise AssertionError(f"{describe(args, kwargs)} returned a value, but should raise {expected['raises'][0]}")
+                raise AssertionError(
+                    f"{describe(args, kwargs)} returned a value, but should raise {expected['raises'][0]}"
+                )
             try:
                 value = decode(encode(result))
             except WireError as exc:
                 raise AssertionError(f"{name} returned {exc}, which the grader cannot compare") from None
             msg = compare_values(
-                decode(expected["value"]), value, rtol=rtol, atol=atol, hidden=False, exact_dtype=bool(self.record.get("exact_dtype"))
+                decode(expected["value"]),
+                value,
+                rtol=rtol,
+                atol=atol,
+                hidden=False,
+                exact_dtype=bool(self.record.get("exact_dtype")),
             )
             if msg:
                 raise AssertionError(f"{describe(args, kwargs)}: {msg}")

@@ -64,12 +64,54 @@ def register(sub) -> None:
     p.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for grades.csv and the reports")
     p.add_argument("--assignment", metavar="NN_topic", help="default: read from each notebook's metadata")
-    p.add_argument("--jobs", type=_positive_int, default=1, metavar="N", help="submissions graded in parallel (default 1)")
-    p.add_argument("--timeout", type=_positive_float, default=300.0, metavar="SECONDS", help="wall time per submission (default 300)")
-    p.add_argument("--check-timeout", type=_positive_float, default=None, metavar="SECONDS", help="cap on each check's wall time (default: the solution's, 10 s)")
-    p.add_argument("--memory-mb", type=_positive_int, default=None, help="address-space limit of the student's process (default 2048)")
-    p.add_argument("--grader-memory-mb", type=_positive_int, default=None, help="address-space limit of each checker process, where checks run on the student's values (default 2048)")
-    p.add_argument("--solutions", metavar="DIR", help="folder of solution notebooks (default: solutions/ of the course checkout)")
-    p.add_argument("--sandbox", choices=["auto", "bwrap", "none"], default=None, help="auto (default; also $COURSE_GRADER_SANDBOX): bubblewrap when it works")
-    p.add_argument("--format", choices=["course", "gradescope"], default="course", help="gradescope: also write each submission's results.json in Gradescope's autograder format")
+    p.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="submissions graded in parallel (default 1)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="wall time per submission (default 300)",
+    )
+    p.add_argument(
+        "--check-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="cap on each check's wall time (default: the solution's, 10 s)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=_positive_int,
+        default=None,
+        help="address-space limit of the student's process (default 2048)",
+    )
+    p.add_argument(
+        "--grader-memory-mb",
+        type=_positive_int,
+        default=None,
+        help="address-space limit of each checker process, where checks run on the student's values (default 2048)",
+    )
+    p.add_argument(
+        "--solutions",
+        metavar="DIR",
+        help="folder of solution notebooks (default: solutions/ of the course checkout)",
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=["auto", "bwrap", "none"],
+        default=None,
+        help="auto (default; also $COURSE_GRADER_SANDBOX): bubblewrap when it works",
+    )
+    p.add_argument(
+        "--format",
+        choices=["course", "gradescope"],
+        default="course",
+        help="gradescope: also write each submission's results.json in Gradescope's autograder format",
+    )
     p.set_defaults(func=_grade_cmd)

@@ -89,7 +89,9 @@ def compare_values(
                 return f"{where} has {len(stu)} items, which is wrong for these inputs"
             return f"{where} has {len(stu)} items, but should have {len(ref)}"
         for i, (r, s) in enumerate(zip(ref, stu)):
-            msg = compare_values(r, s, rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{i}]", exact_dtype=exact_dtype)
+            msg = compare_values(
+                r, s, rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{i}]", exact_dtype=exact_dtype
+            )
             if msg:
                 return msg
         return None
@@ -102,7 +104,15 @@ def compare_values(
                 return f"{where} has the wrong keys ({len(missing)} missing, {len(extra)} unexpected)"
             return f"{where} has the wrong keys (missing {missing}, unexpected {extra})"
         for k in ref:
-            msg = compare_values(ref[k], stu[k], rtol=rtol, atol=atol, hidden=hidden, where=f"{where}[{k!r}]", exact_dtype=exact_dtype)
+            msg = compare_values(
+                ref[k],
+                stu[k],
+                rtol=rtol,
+                atol=atol,
+                hidden=hidden,
+                where=f"{where}[{k!r}]",
+                exact_dtype=exact_dtype,
+            )
             if msg:
                 return msg
         return None
@@ -111,7 +121,9 @@ def compare_values(
     if isinstance(ref, bool):
         if not isinstance(stu, bool):
             return f"{where} is a {type(stu).__name__}, but should be a bool"
-        return None if stu == ref else (f"{where} is wrong" if hidden else f"{where} is {stu}, expected {ref}")
+        return (
+            None if stu == ref else (f"{where} is wrong" if hidden else f"{where} is {stu}, expected {ref}")
+        )
     if isinstance(ref, (int, float)):
         if isinstance(stu, bool) or not isinstance(stu, (int, float)):
             return f"{where} is a {type(stu).__name__}, but should be a number"
@@ -123,9 +135,17 @@ def compare_values(
     if isinstance(ref, str):
         if not isinstance(stu, str):
             return f"{where} is a {type(stu).__name__}, but should be a str"
-        return None if stu == ref else (f"{where} is wrong" if hidden else f"{where} is {stu!r}, expected {ref!r}")
+        return (
+            None
+            if stu == ref
+            else (f"{where} is wrong" if hidden else f"{where} is {stu!r}, expected {ref!r}")
+        )
     import torch as _torch
 
     if isinstance(ref, _torch.dtype):
-        return None if stu == ref else (f"{where} is the wrong dtype" if hidden else f"{where} is {stu}, expected {ref}")
+        return (
+            None
+            if stu == ref
+            else (f"{where} is the wrong dtype" if hidden else f"{where} is {stu}, expected {ref}")
+        )
     raise TypeError(f"the reference returned a {type(ref).__name__}, which the grader cannot compare")

@@ -88,7 +88,9 @@ class Check:
     rtol: float
     atol: float
     compare: bool  # compare every call of a student function with the reference
-    exact_dtype: bool = False  # metadata "dtype": "exact": tensors must have the reference's dtype, not only its kind
+    exact_dtype: bool = (
+        False  # metadata "dtype": "exact": tensors must have the reference's dtype, not only its kind
+    )
 
 
 @dataclass
@@ -213,23 +215,37 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
     meta = nb.get("metadata", {}).get(META)
     if not isinstance(meta, dict):
         meta = {}
-        problems.append(f"the notebook metadata has no {META!r} entry: add {{\"{META}\": {{\"assignment\": \"{path.stem}\"}}}}")
+        problems.append(
+            f'the notebook metadata has no {META!r} entry: add {{"{META}": {{"assignment": "{path.stem}"}}}}'
+        )
     name = meta.get("assignment", path.stem)
     if name != path.stem:
-        problems.append(f"metadata {META}.assignment is {name!r} but the file is {path.name}: they must agree")
+        problems.append(
+            f"metadata {META}.assignment is {name!r} but the file is {path.name}: they must agree"
+        )
     title = meta.get("title", name)
     forbid = meta.get("forbid", [])
     if not isinstance(forbid, list) or not all(isinstance(f, str) and _DOTTED.match(f) for f in forbid):
-        problems.append(f"metadata {META}.forbid must be a list of dotted names like \"torch.nn.functional.softmax\", got {forbid!r}")
+        problems.append(
+            f'metadata {META}.forbid must be a list of dotted names like "torch.nn.functional.softmax", got {forbid!r}'
+        )
         forbid = []
     tol = meta.get("tolerance", {})
-    default_rtol = _number(tol.get("rtol", DEFAULT_RTOL), "tolerance.rtol", problems, "notebook metadata", positive=False)
-    default_atol = _number(tol.get("atol", DEFAULT_ATOL), "tolerance.atol", problems, "notebook metadata", positive=False)
-    default_timeout = _number(meta.get("check_timeout", DEFAULT_CHECK_TIMEOUT), "check_timeout", problems, "notebook metadata")
+    default_rtol = _number(
+        tol.get("rtol", DEFAULT_RTOL), "tolerance.rtol", problems, "notebook metadata", positive=False
+    )
+    default_atol = _number(
+        tol.get("atol", DEFAULT_ATOL), "tolerance.atol", problems, "notebook metadata", positive=False
+    )
+    default_timeout = _number(
+        meta.get("check_timeout", DEFAULT_CHECK_TIMEOUT), "check_timeout", problems, "notebook metadata"
+    )
 
     code_cells = [c for c in nb["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
     if not code_cells or cell_source(code_cells[0]).strip() != setup_cell_source().strip():
-        problems.append("the first code cell must be the set-up cell (course_lib.notebooks.setup_cell_source())")
+        problems.append(
+            "the first code cell must be the set-up cell (course_lib.notebooks.setup_cell_source())"
+        )
 
     exercises: list[Exercise] = []
     preamble: list[str] = []
@@ -253,7 +269,11 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
         cmeta = cell.get("metadata", {}).get(META, {})
         roles = [t for t in tags if t in ROLE_TAGS]
         for t in tags:
-            if t not in ROLE_TAGS and t not in (GENERATED_TAG,) and not t.startswith(("nbval-", "remove-", "remove_", "hide-", "hide_", "course-")):
+            if (
+                t not in ROLE_TAGS
+                and t not in (GENERATED_TAG,)
+                and not t.startswith(("nbval-", "remove-", "remove_", "hide-", "hide_", "course-"))
+            ):
                 close = difflib.get_close_matches(t, ROLE_TAGS, n=1, cutoff=0.75)
                 if close:
                     problems.append(f"{where}: unknown tag {t!r}; did you mean {close[0]!r}?")
@@ -275,10 +295,14 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
             continue
         if role == EXERCISE_TAG:
             if ctype != "markdown":
-                problems.append(f"{where}: an 'exercise' cell is the exercise's markdown header (instructions), not {ctype}")
+                problems.append(
+                    f"{where}: an 'exercise' cell is the exercise's markdown header (instructions), not {ctype}"
+                )
             eid, etitle, epoints = cmeta.get("id"), cmeta.get("title"), cmeta.get("points")
             if not isinstance(eid, str) or not _ID.match(eid):
-                problems.append(f"{where}: exercise needs metadata {META}.id, a short slug like \"causal-mask\" (got {eid!r})")
+                problems.append(
+                    f'{where}: exercise needs metadata {META}.id, a short slug like "causal-mask" (got {eid!r})'
+                )
                 eid = f"<exercise at cell {index}>"
             if any(e.id == eid for e in exercises):
                 problems.append(f"{where}: duplicate exercise id {eid!r}")
@@ -299,19 +323,27 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
             continue
         if role == PREAMBLE_TAG:
             if _uses_course_lib(tree, allow_grading=False):
-                problems.append(f"{where}: a preamble cell also runs in the sandbox, where course_lib is not available: don't import it")
+                problems.append(
+                    f"{where}: a preamble cell also runs in the sandbox, where course_lib is not available: don't import it"
+                )
             preamble.append(src)
             preamble_names |= _bound_names(tree)
             continue
         if current is None:
-            problems.append(f"{where}: {role} cell before any exercise header (a markdown cell tagged 'exercise')")
+            problems.append(
+                f"{where}: {role} cell before any exercise header (a markdown cell tagged 'exercise')"
+            )
             continue
         if role == ANSWER_TAG:
             if not isinstance(cid, str) or not cid:
-                problems.append(f"{where}: answer cells need a cell id (nbformat 4.5): open and save the notebook in Jupyter")
+                problems.append(
+                    f"{where}: answer cells need a cell id (nbformat 4.5): open and save the notebook in Jupyter"
+                )
                 continue
             if _uses_course_lib(tree, allow_grading=False):
-                problems.append(f"{where}: the reference answer imports course_lib; write the answer out (answers may not use course_lib)")
+                problems.append(
+                    f"{where}: the reference answer imports course_lib; write the answer out (answers may not use course_lib)"
+                )
             funcs, classes = _public_functions(tree)
             if classes:
                 problems.append(
@@ -319,12 +351,16 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
                     "tensors and numbers and compare the results); make a class private (_Name) or wrap it in a function"
                 )
             if not funcs:
-                problems.append(f"{where}: answer cell defines no public top-level function for the checks to call")
+                problems.append(
+                    f"{where}: answer cell defines no public top-level function for the checks to call"
+                )
             stub = cmeta.get("stub")
             if stub is not None and not isinstance(stub, str):
                 problems.append(f"{where}: metadata {META}.stub must be a string (the released code)")
                 stub = None
-            current.answers.append(AnswerCell(key=cid, exercise=current.id, source=src, functions=tuple(funcs), stub=stub))
+            current.answers.append(
+                AnswerCell(key=cid, exercise=current.id, source=src, functions=tuple(funcs), stub=stub)
+            )
             continue
         # visible or hidden check
         chk_id = cmeta.get("id")
@@ -334,11 +370,15 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
         if chk_id in seen_check_ids:
             problems.append(f"{where}: duplicate check id {chk_id!r}")
         seen_check_ids.add(chk_id)
-        points = _number(cmeta.get("points"), f"check {chk_id!r} {META}.points", problems, where, positive=False)
+        points = _number(
+            cmeta.get("points"), f"check {chk_id!r} {META}.points", problems, where, positive=False
+        )
         if points is not None and points < 0:
             problems.append(f"{where}: check {chk_id!r} {META}.points must be 0 or more, got {points!r}")
             points = None
-        timeout = _number(cmeta.get("timeout", default_timeout or DEFAULT_CHECK_TIMEOUT), "timeout", problems, where)
+        timeout = _number(
+            cmeta.get("timeout", default_timeout or DEFAULT_CHECK_TIMEOUT), "timeout", problems, where
+        )
         rtol = _number(cmeta.get("rtol", default_rtol or 0.0), "rtol", problems, where, positive=False)
         atol = _number(cmeta.get("atol", default_atol or 0.0), "atol", problems, where, positive=False)
         compare = cmeta.get("compare", True)
@@ -347,9 +387,11 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
             compare = True
         exact_dtype = cmeta.get("dtype", "kind")
         if exact_dtype not in ("kind", "exact"):
-            problems.append(f"{where}: metadata {META}.dtype must be \"exact\" or \"kind\"")
+            problems.append(f'{where}: metadata {META}.dtype must be "exact" or "kind"')
         if _uses_course_lib(tree, allow_grading=True):
-            problems.append(f"{where}: checks may import course_lib.grading helpers only (the student's copy must not hand out the answer)")
+            problems.append(
+                f"{where}: checks may import course_lib.grading helpers only (the student's copy must not hand out the answer)"
+            )
         check = Check(
             id=chk_id,
             exercise=current.id,
@@ -372,7 +414,9 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
         exercise = next(e for e in exercises if e.id == check.exercise)
         loaded = _loaded_names(tree)
         if exercise.answers and not (loaded & set(exercise.functions)):
-            problems.append(f"{where}: check {check.id!r} calls none of its exercise's functions {list(exercise.functions)}")
+            problems.append(
+                f"{where}: check {check.id!r} calls none of its exercise's functions {list(exercise.functions)}"
+            )
         free = loaded - _bound_names(tree) - builtin_names - preamble_names - all_functions
         if free:
             problems.append(
@@ -387,10 +431,14 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
             problems.append(f"exercise {e.id!r}: has no checks (code cells tagged 'check' or 'hidden-check')")
         total = sum(c.points for c in e.checks)
         if e.checks and abs(total - e.points) > 1e-9:
-            problems.append(f"exercise {e.id!r}: its checks' points add up to {total:g}, but the exercise is worth {e.points:g}")
+            problems.append(
+                f"exercise {e.id!r}: its checks' points add up to {total:g}, but the exercise is worth {e.points:g}"
+            )
         for f in e.functions:
             if f in seen_functions and seen_functions[f] != e.id:
-                problems.append(f"function {f!r} is defined by the answers of both {seen_functions[f]!r} and {e.id!r}")
+                problems.append(
+                    f"function {f!r} is defined by the answers of both {seen_functions[f]!r} and {e.id!r}"
+                )
             seen_functions[f] = e.id
     if not exercises:
         problems.append("no exercises (markdown cells tagged 'exercise')")

@@ -29,10 +29,25 @@ from pathlib import Path
 from queue import Queue
 
 from .format import META, Assignment, FormatError, load_assignment
-from .report import clean_text, exercise_summary, format_points, gradescope_results, write_atomic, write_grades_csv, write_report
+from .report import (
+    clean_text,
+    exercise_summary,
+    format_points,
+    gradescope_results,
+    write_atomic,
+    write_grades_csv,
+    write_report,
+)
 from .sandbox import SandboxLimits, choose_mode
 
-__all__ = ["GradeError", "Submission", "read_submission", "solutions_dir", "grade_files", "MAX_NOTEBOOK_BYTES"]
+__all__ = [
+    "GradeError",
+    "Submission",
+    "read_submission",
+    "solutions_dir",
+    "grade_files",
+    "MAX_NOTEBOOK_BYTES",
+]
 
 MAX_NOTEBOOK_BYTES = 25 * 2**20
 CHECKER_SLACK = 90.0  # seconds a checker may take beyond the submission's time limit
@@ -103,7 +118,9 @@ class Submission:
                 and c["source"].strip()
             ):
                 label = f"added cell {c['id']}" if isinstance(c["id"], str) else f"added cell #{i + 1}"
-                plan.append({"key": label[:120], "exercise": c["exercise"], "source": c["source"], "helper": True})
+                plan.append(
+                    {"key": label[:120], "exercise": c["exercise"], "source": c["source"], "helper": True}
+                )
         return answers, plan, notes
 
 
@@ -187,7 +204,12 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
             cmeta, tags = cell.get("metadata"), None
             tags = cmeta.get("tags") if isinstance(cmeta, dict) else None
             course = cmeta.get(META) if isinstance(cmeta, dict) else None
-            if isinstance(tags, list) and "exercise" in tags and isinstance(course, dict) and isinstance(course.get("id"), str):
+            if (
+                isinstance(tags, list)
+                and "exercise" in tags
+                and isinstance(course, dict)
+                and isinstance(course.get("id"), str)
+            ):
                 exercise = course["id"]
             continue
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -208,7 +230,9 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
         sub.cells.append(
             {
                 "id": cid if isinstance(cid, str) else None,
-                "marker": marker["answer"] if isinstance(marker, dict) and isinstance(marker.get("answer"), str) else None,
+                "marker": marker["answer"]
+                if isinstance(marker, dict) and isinstance(marker.get("answer"), str)
+                else None,
                 "tags": [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else [],
                 "source": src,
                 "exercise": exercise,
@@ -217,7 +241,16 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
     return sub
 
 
-_ROLE_OR_GENERATED = {"exercise", "answer", "check", "hidden-check", "preamble", "solution-only", "course-generated", "course-forbid"}
+_ROLE_OR_GENERATED = {
+    "exercise",
+    "answer",
+    "check",
+    "hidden-check",
+    "preamble",
+    "solution-only",
+    "course-generated",
+    "course-forbid",
+}
 
 
 def solution_cell_ids(assignment: Assignment) -> set[str]:
@@ -296,7 +329,9 @@ class _Checker:
             pass
         self.log.seek(0)
         tail = self.log.read()[-1500:].decode(errors="replace").strip().splitlines()
-        return f"the grader's checker process ended unexpectedly ({tail[-1] if tail else self.proc.returncode})"
+        return (
+            f"the grader's checker process ended unexpectedly ({tail[-1] if tail else self.proc.returncode})"
+        )
 
     def close(self) -> None:
         try:
@@ -401,7 +436,9 @@ def grade_files(
         try:
             if get_assignment(assignment) is None:
                 known = sorted(p.stem for p in sol_dir.glob("*.ipynb")) if sol_dir.is_dir() else []
-                raise GradeError(f"unknown assignment {assignment!r}: no {sol_dir / (assignment + '.ipynb')} (known: {', '.join(known) or 'none'})")
+                raise GradeError(
+                    f"unknown assignment {assignment!r}: no {sol_dir / (assignment + '.ipynb')} (known: {', '.join(known) or 'none'})"
+                )
         except FormatError as exc:
             raise GradeError(str(exc)) from None
     out = Path(out_dir)
@@ -440,7 +477,13 @@ def grade_files(
     todo = []
 
     def error_row(i: int, path, name, max_points, status: str) -> None:
-        base = {"submission": str(path), "assignment": name, "points": 0, "max_points": max_points, "status": status}
+        base = {
+            "submission": str(path),
+            "assignment": name,
+            "points": 0,
+            "max_points": max_points,
+            "status": status,
+        }
         log(clean_text(f"{path}: {status}"))
         rows[i] = base
         reports[i] = {**base, "checks": [], "answers": [], "warnings": [warning] if warning else []}
@@ -449,14 +492,23 @@ def grade_files(
         try:
             sub = read_submission(path)
             name = assignment or sub.assignment
-            base = {"submission": str(path), "assignment": name, "points": 0, "max_points": 0, "status": "graded"}
+            base = {
+                "submission": str(path),
+                "assignment": name,
+                "points": 0,
+                "max_points": 0,
+                "status": "graded",
+            }
             asg, error = None, sub.error
             if name is not None:
                 try:
                     asg = get_assignment(name)
                 except FormatError as exc:  # only for names from metadata: --assignment was checked above
                     cache[name] = None
-                    error = error or f"the solution notebook of assignment {name!r} is invalid ({len(exc.problems)} problems)"
+                    error = (
+                        error
+                        or f"the solution notebook of assignment {name!r} is invalid ({len(exc.problems)} problems)"
+                    )
             if error is None:
                 if name is None:
                     error = "cannot tell which assignment this is (no course.assignment in the notebook's metadata; pass --assignment)"
@@ -466,15 +518,25 @@ def grade_files(
                     error = f"this notebook is for assignment {sub.assignment!r}, not {assignment!r}"
             if asg is not None:
                 base["max_points"] = asg.max_points
-            answers, plan, notes = sub.answer_plan(asg, solution_cell_ids(asg)) if asg is not None and error is None else ({}, [], {})
+            answers, plan, notes = (
+                sub.answer_plan(asg, solution_cell_ids(asg))
+                if asg is not None and error is None
+                else ({}, [], {})
+            )
             if error is None and not any(v is not None for v in answers.values()):
                 error = f"no answer cells of {asg.name} found (submit the exercise notebook you were given, with its answer cells)"
             if error is not None:
                 error_row(i, path, name, base["max_points"], f"error: {error}")
                 continue
             todo.append((i, asg, answers, base, plan, notes))
-        except Exception as exc:  # noqa: BLE001 - one file never stops the batch
-            error_row(i, path, assignment, 0, f"error: grader failure while reading the file: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            error_row(
+                i,
+                path,
+                assignment,
+                0,
+                f"error: grader failure while reading the file: {type(exc).__name__}: {exc}",
+            )
 
     checkers: Queue = Queue()
     n_checkers = max(1, min(jobs, len(todo)))
@@ -488,7 +550,9 @@ def grade_files(
             reply = {"ok": False, "error": str(exc)}
         if not reply.get("ok"):
             first.close()
-            raise GradeError(f"nothing was graded: {clean_text(reply.get('error') or 'the preflight failed')}")
+            raise GradeError(
+                f"nothing was graded: {clean_text(reply.get('error') or 'the preflight failed')}"
+            )
         created.append(first)
         checkers.put(first)
 
@@ -534,7 +598,13 @@ def grade_files(
             per_max: dict[str, float] = {e.id: e.points for e in asg.exercises}
             for c in result["checks"]:
                 per_ex[c["exercise"]] = per_ex.get(c["exercise"], 0) + c["points"]
-            row = {**base, "points": result["points"], "max_points": result["max_points"], "exercises": per_ex, "exercise_max": per_max}
+            row = {
+                **base,
+                "points": result["points"],
+                "max_points": result["max_points"],
+                "exercises": per_ex,
+                "exercise_max": per_max,
+            }
             report = {**row, **result, "sandbox": mode, "limits": limits_note}
             report["warnings"] = ([warning] if warning else []) + result["warnings"]
             report.pop("sandbox_starts", None)
@@ -544,14 +614,24 @@ def grade_files(
             report = {**row, "checks": [], "answers": [], "warnings": [warning] if warning else []}
         rows[i] = row
         reports[i] = report
-        log(clean_text(f"{base['submission']}: {format_points(row['points'])}/{format_points(row['max_points'])} {row['status']}"))
+        log(
+            clean_text(
+                f"{base['submission']}: {format_points(row['points'])}/{format_points(row['max_points'])} {row['status']}"
+            )
+        )
 
     def grade_safely(item):
         try:
             grade_one(item)
-        except Exception as exc:  # noqa: BLE001 - one submission never stops the batch
+        except Exception as exc:
             i, base = item[0], item[3]
-            error_row(i, base["submission"], base["assignment"], base["max_points"], f"error: grader failure: {type(exc).__name__}: {exc}")
+            error_row(
+                i,
+                base["submission"],
+                base["assignment"],
+                base["max_points"],
+                f"error: grader failure: {type(exc).__name__}: {exc}",
+            )
 
     try:
         with ThreadPoolExecutor(max_workers=n_checkers) as pool:
@@ -571,7 +651,11 @@ def grade_files(
             "max_points": row["max_points"],
             "status": row["status"],
             "report_folder": folders[i],
-            **{k: v for k, v in reports[i].items() if k not in ("submission", "assignment", "points", "max_points", "status")},
+            **{
+                k: v
+                for k, v in reports[i].items()
+                if k not in ("submission", "assignment", "points", "max_points", "status")
+            },
         }
         try:
             asg = cache.get(row["assignment"]) if row["assignment"] else None
@@ -579,15 +663,24 @@ def grade_files(
             write_report(out / folders[i], report, titles)
             if format == "gradescope":
                 results = gradescope_results(report, titles)
-                write_atomic(out / folders[i] / "results.json", json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-        except Exception as exc:  # noqa: BLE001 - the row still goes into grades.csv
+                write_atomic(
+                    out / folders[i] / "results.json",
+                    json.dumps(results, indent=1, ensure_ascii=False) + "\n",
+                )
+        except Exception as exc:
             not_written.append(folders[i])
-            log(clean_text(f"{path}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"))
+            log(
+                clean_text(
+                    f"{path}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"
+                )
+            )
             row["status"] = f"{row['status']} (report not written: {type(exc).__name__})"
     try:
         write_grades_csv(csv_path, rows)
-    except Exception as exc:  # noqa: BLE001
-        raise GradeError(f"grades.csv was NOT written ({type(exc).__name__}: {exc}); the reports are in {out}") from None
+    except Exception as exc:
+        raise GradeError(
+            f"grades.csv was NOT written ({type(exc).__name__}: {exc}); the reports are in {out}"
+        ) from None
     if not_written:
         log(f"warning: {len(not_written)} report(s) could not be written: {', '.join(not_written[:10])}")
     summary = exercise_summary(rows)

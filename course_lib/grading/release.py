@@ -61,7 +61,11 @@ def _function_stub(node: ast.FunctionDef, lines: list[str], message: str) -> lis
     first = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
     body0 = node.body[0]
     indent = " " * body0.col_offset
-    has_doc = isinstance(body0, ast.Expr) and isinstance(getattr(body0, "value", None), ast.Constant) and isinstance(body0.value.value, str)
+    has_doc = (
+        isinstance(body0, ast.Expr)
+        and isinstance(getattr(body0, "value", None), ast.Constant)
+        and isinstance(body0.value.value, str)
+    )
     if body0.lineno == node.lineno:  # one-line def: rebuild the header
         bare = copy.deepcopy(node)
         bare.body = [ast.Pass()]
@@ -154,8 +158,10 @@ def expected_values(assignment: Assignment) -> dict[str, str]:
         for seed in (1, 2):
             try:
                 runs.append(record_check(assignment, reference, check, seed))
-            except Exception as exc:  # noqa: BLE001 - reported as a problem of the notebook
-                problems.append(f"visible check {check.id!r} fails with the reference answers: {type(exc).__name__}: {exc}")
+            except Exception as exc:
+                problems.append(
+                    f"visible check {check.id!r} fails with the reference answers: {type(exc).__name__}: {exc}"
+                )
                 break
         if len(runs) < 2:
             continue
@@ -168,7 +174,13 @@ def expected_values(assignment: Assignment) -> dict[str, str]:
             )
             continue
         functions = list(assignment.exercise(check.exercise).functions)
-        record = {"check": check.id, "functions": functions, "rtol": check.rtol, "atol": check.atol, "calls": calls}
+        record = {
+            "check": check.id,
+            "functions": functions,
+            "rtol": check.rtol,
+            "atol": check.atol,
+            "calls": calls,
+        }
         if check.exact_dtype:  # only then: the records of other checks stay byte-identical
             record["exact_dtype"] = True
         out[check.id] = pack(record)
@@ -189,7 +201,7 @@ def _visible_check_source(check, title: str, blob: str | None) -> str:
         lines.append(f"with visible_check({check.id!r}, {title!r}, globals()):")
     else:
         lines.append(f"with visible_check({check.id!r}, {title!r}, globals(), expected=(")
-        lines += [f"    {blob[i:i + 96]!r}" for i in range(0, len(blob), 96)]
+        lines += [f"    {blob[i : i + 96]!r}" for i in range(0, len(blob), 96)]
         lines.append(")):")
     body = check.source.rstrip("\n").splitlines()
     lines += ["    " + ln if ln.strip() else "" for ln in body]
@@ -218,7 +230,13 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
     visible = {c.cell_id: c for c in assignment.checks if not c.hidden}
     bad = [c.id for c in visible.values() if _multiline_strings(c.source)]
     if bad:
-        raise FormatError(str(path), [f"visible check {b!r} has a multi-line string: the release indents the check's code" for b in bad])
+        raise FormatError(
+            str(path),
+            [
+                f"visible check {b!r} has a multi-line string: the release indents the check's code"
+                for b in bad
+            ],
+        )
     blobs = expected_values(assignment)
     cells = []
     setup_seen = False
@@ -226,7 +244,12 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
         tags = cell.get("metadata", {}).get("tags", []) or []
         if HIDDEN_CHECK_TAG in tags or SOLUTION_ONLY_TAG in tags or GENERATED_TAG in tags:
             continue
-        new = {"cell_type": cell["cell_type"], "id": cell.get("id"), "metadata": _clean_metadata(cell), "source": cell_source(cell)}
+        new = {
+            "cell_type": cell["cell_type"],
+            "id": cell.get("id"),
+            "metadata": _clean_metadata(cell),
+            "source": cell_source(cell),
+        }
         if new["id"] is None:
             del new["id"]
         if cell["cell_type"] == "code":
@@ -237,7 +260,9 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
                 new["source"] = _visible_check_source(check, titles[check.exercise], blobs.get(check.id))
             if ANSWER_TAG in tags:
                 a = answers[cell["id"]]
-                new["source"] = a.stub if a.stub is not None else make_stub(a.source, exercise_title=titles[a.exercise])
+                new["source"] = (
+                    a.stub if a.stub is not None else make_stub(a.source, exercise_title=titles[a.exercise])
+                )
                 new["metadata"] = _clean_metadata(cell, {"answer": a.key, "exercise": a.exercise})
         elif cell["cell_type"] in ("markdown", "raw") and cell.get("attachments"):
             new["attachments"] = copy.deepcopy(cell["attachments"])
@@ -277,7 +302,12 @@ def release_notebook(nb: dict, path: Path | str) -> tuple[dict, Assignment]:
     lang = meta.get("language_info", {}).get("name")
     if lang:
         new_meta["language_info"] = {"name": lang}
-    out = {"cells": cells, "metadata": new_meta, "nbformat": 4, "nbformat_minor": max(5, int(nb.get("nbformat_minor", 5)))}
+    out = {
+        "cells": cells,
+        "metadata": new_meta,
+        "nbformat": 4,
+        "nbformat_minor": max(5, int(nb.get("nbformat_minor", 5))),
+    }
     return out, assignment
 
 
@@ -329,7 +359,10 @@ def _equivalent(current: str, new: str) -> bool:
     def same(ex: dict, ey: dict, rtol: float, atol: float) -> bool:
         if "value" not in ex or "value" not in ey:
             return ex == ey
-        return compare_values(decode(ex["value"]), decode(ey["value"]), rtol=rtol, atol=atol, hidden=True) is None
+        return (
+            compare_values(decode(ex["value"]), decode(ey["value"]), rtol=rtol, atol=atol, hidden=True)
+            is None
+        )
 
     for x, y in zip(blobs_a, blobs_b):
         if {k: v for k, v in x.items() if k != "calls"} != {k: v for k, v in y.items() if k != "calls"}:
@@ -409,7 +442,9 @@ def register(sub) -> None:
     p = sub.add_parser("release", help="generate the students' exercise notebooks from the solutions")
     p.add_argument("names", nargs="*", help="assignments (02_transformer) or solution notebooks")
     p.add_argument("--all", action="store_true", help="every notebook in the solutions folder")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if an exercise notebook is out of date")
+    p.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if an exercise notebook is out of date"
+    )
     p.add_argument("--solutions", help="folder of solution notebooks (default: solutions/)")
     p.add_argument("--exercises", help="folder for the exercise notebooks (default: exercises/)")
     p.set_defaults(func=_cmd)

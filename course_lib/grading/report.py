@@ -63,7 +63,9 @@ def csv_cell(text) -> str:
     control characters (a carriage return would end the row for many readers) and line
     breaks are shown as escapes, so every row is one line."""
     text = clean_text(text)
-    if text.lstrip(" ").startswith(_FORMULA_START) or text.startswith(("\uff1d", "\uff0b", "\uff0d", "\uff20")):
+    if text.lstrip(" ").startswith(_FORMULA_START) or text.startswith(
+        ("\uff1d", "\uff0b", "\uff0d", "\uff20")
+    ):
         text = "'" + text
     return sanitize(text).replace("\n", "\\n")
 
@@ -155,7 +157,9 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
         for c in checks:
             kind = "hidden check" if c["hidden"] else "check"
             mark = "passed" if c["passed"] else "FAILED"
-            lines.append(f"- **{mark}**: {kind} {_inline(c['id'])} ({format_points(c['points'])} / {format_points(c['max_points'])})")
+            lines.append(
+                f"- **{mark}**: {kind} {_inline(c['id'])} ({format_points(c['points'])} / {format_points(c['max_points'])})"
+            )
             if not c["passed"]:
                 lines += ["", code_block(c["message"])]
             if c.get("output"):
@@ -166,7 +170,9 @@ def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:
 
 def write_report(folder: Path, report: dict, titles: dict[str, str] | None = None) -> None:
     report = clean_data(report)
-    write_atomic(folder / "report.json", json.dumps(report, indent=1, sort_keys=False, ensure_ascii=False) + "\n")
+    write_atomic(
+        folder / "report.json", json.dumps(report, indent=1, sort_keys=False, ensure_ascii=False) + "\n"
+    )
     write_atomic(folder / "report.md", render_markdown(report, titles))
 
 
@@ -211,10 +217,16 @@ def exercise_summary(rows: list[dict]) -> list[str]:
     many got full points and how many got zero."""
     lines = []
     for a, e in exercise_columns(rows):
-        got = [r["exercises"][e] for r in rows if r["assignment"] == a and r["status"] == "graded" and e in (r.get("exercises") or {})]
+        got = [
+            r["exercises"][e]
+            for r in rows
+            if r["assignment"] == a and r["status"] == "graded" and e in (r.get("exercises") or {})
+        ]
         if not got:
             continue
-        top = next(r["exercise_max"][e] for r in rows if r["assignment"] == a and e in (r.get("exercise_max") or {}))
+        top = next(
+            r["exercise_max"][e] for r in rows if r["assignment"] == a and e in (r.get("exercise_max") or {})
+        )
         mean = sum(got) / len(got)
         full = sum(abs(g - top) < 1e-9 for g in got)
         zero = sum(g == 0 for g in got)
@@ -248,7 +260,10 @@ def gradescope_results(report: dict, titles: dict[str, str] | None = None) -> di
         )
     notes = [sanitize(w) for w in report.get("warnings", [])]
     for a in report.get("answers", []):
-        for text in (a.get("note"), None if a.get("status") in ("ok", None) else f"answer cell {a['cell']}: {a['status']}"):
+        for text in (
+            a.get("note"),
+            None if a.get("status") in ("ok", None) else f"answer cell {a['cell']}: {a['status']}",
+        ):
             if text:
                 notes.append(sanitize(text))
     if report["status"] != "graded":

@@ -86,7 +86,9 @@ class SandboxLimits:
     tmpfs_mb: int = 64  # the sandbox's /tmp (bubblewrap only)
     nofile: int = 256
     cpu_s: int = 600  # CPU seconds of the process (a backstop; wall-clock deadlines come first)
-    grader_memory_mb: int = 2048  # address space of the checker process, where check code runs on the student's values
+    grader_memory_mb: int = (
+        2048  # address space of the checker process, where check code runs on the student's values
+    )
 
 
 class SandboxLost(Exception):
@@ -142,10 +144,18 @@ def bwrap_status() -> tuple[bool, str]:
             proc = subprocess.run(cmd, capture_output=True, timeout=20)
             if proc.returncode != 0 and "--disable-userns" in cmd:  # supported, but not on this kernel
                 _BWRAP_CACHE["disable-userns"] = (False, "")
-                cmd = _bwrap_prefix(exe, tmpfs_mb=1) + ["--", "/bin/true" if os.path.exists("/bin/true") else "true"]
+                cmd = _bwrap_prefix(exe, tmpfs_mb=1) + [
+                    "--",
+                    "/bin/true" if os.path.exists("/bin/true") else "true",
+                ]
                 proc = subprocess.run(cmd, capture_output=True, timeout=20)
             ok = proc.returncode == 0
-            result = (ok, "" if ok else proc.stderr.decode(errors="replace").strip()[:300] or f"exit status {proc.returncode}")
+            result = (
+                ok,
+                ""
+                if ok
+                else proc.stderr.decode(errors="replace").strip()[:300] or f"exit status {proc.returncode}",
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             result = (False, str(exc))
     _BWRAP_CACHE["status"] = result
@@ -162,7 +172,9 @@ def choose_mode(requested: str | None = None) -> tuple[str, str | None]:
     if requested not in ("auto", "bwrap", "none"):
         raise RuntimeError(f"unknown sandbox {requested!r}: use auto, bwrap or none")
     if requested == "none":
-        return "none", FALLBACK_WARNING.format(reason=" (turned off: --sandbox none / COURSE_GRADER_SANDBOX=none)")
+        return "none", FALLBACK_WARNING.format(
+            reason=" (turned off: --sandbox none / COURSE_GRADER_SANDBOX=none)"
+        )
     ok, reason = bwrap_status()
     if ok:
         return "bwrap", None
@@ -178,7 +190,11 @@ def unreadable_for_others(paths: list[str] | None = None, *, bound: list[str] | 
     process runs under a fresh unprivileged uid when the grader runs as root, and then cannot
     read such an interpreter. ``bound``: folders bubblewrap binds as they are (the folders
     above them are made afresh, open to all), so only the way from them down counts."""
-    wanted = [os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)]
+    wanted = [
+        os.path.realpath(sys.executable),
+        os.path.realpath(sys.base_prefix),
+        os.path.realpath(sys.prefix),
+    ]
     wanted += paths if paths is not None else _python_paths()
     seen: set[str] = set()
     for target in wanted:
@@ -251,7 +267,9 @@ def _needed_dirs(paths: list[str]) -> list[str]:
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
 
-def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker: str | None = None) -> list[str]:
+def _bwrap_prefix(
+    exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker: str | None = None
+) -> list[str]:
     cmd = [exe, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if _is_root():
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -287,7 +305,18 @@ def _bwrap_prefix(exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker
 
     # /proc, /dev and the private /tmp first: binds that follow may live below /tmp (a
     # checkout and its venv in /tmp/...), and a later tmpfs would hide them
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(tmpfs_mb * 2**20), "--tmpfs", "/tmp"]
+    cmd += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmpfs_mb * 2**20),
+        "--tmpfs",
+        "/tmp",
+    ]
     made: set[str] = {"/tmp", "/proc", "/dev"}
     for d in sorted(set(extra_dirs)):
         if covered(d) or d in made:
@@ -387,7 +416,7 @@ def become_subreaper() -> bool:
         import ctypes
 
         return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # noqa: BLE001 - not Linux
+    except Exception:
         return False
 
 
@@ -450,7 +479,10 @@ class Sandbox:
         fd_args = [str(fd) for fd in child_fds]
         if self.mode == "bwrap":
             cmd = _bwrap_prefix(
-                shutil.which("bwrap"), tmpfs_mb=self.limits.tmpfs_mb, extra_dirs=_needed_dirs(paths), worker=str(WORKER)
+                shutil.which("bwrap"),
+                tmpfs_mb=self.limits.tmpfs_mb,
+                extra_dirs=_needed_dirs(paths),
+                worker=str(WORKER),
             )
             cmd += ["--", python, "-I", "-S", "-u", "-B", "/grader/worker.py", *fd_args]
             cwd = None
@@ -510,7 +542,10 @@ class Sandbox:
             why = f"exit status {code}" if code is not None else exc.reason
             out = self._take_output()[0].strip()
             self.kill()
-            raise SandboxLost(exc.kind if exc.kind == "timeout" else "start", f"the sandbox did not start ({why}){': ' + out[-500:] if out else ''}") from None
+            raise SandboxLost(
+                exc.kind if exc.kind == "timeout" else "start",
+                f"the sandbox did not start ({why}){': ' + out[-500:] if out else ''}",
+            ) from None
         self._take_output()
         self.warnings = list(ready.get("warnings", []))
         self.spawn(deadline)
@@ -682,7 +717,9 @@ class Sandbox:
             code = self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             code = None
-        return "the sandbox running your code ended" + (f" (exit status {code}: killed by your code?)" if code is not None else "")
+        return "the sandbox running your code ended" + (
+            f" (exit status {code}: killed by your code?)" if code is not None else ""
+        )
 
     def _wait(self, rid: int, deadline: float, kill_on_timeout: bool = True) -> dict:
         out_open = True
@@ -698,7 +735,9 @@ class Sandbox:
                     resp = parse_response(line, rid)
                 except ProtocolError as exc:
                     self.kill_child()
-                    raise SandboxLost("protocol", f"the grader received an invalid response ({exc})") from None
+                    raise SandboxLost(
+                        "protocol", f"the grader received an invalid response ({exc})"
+                    ) from None
                 if time.monotonic() > deadline + 1.0:  # reading and checking it counts too
                     self.kill_child()
                     raise SandboxLost("timeout", "time limit reached (while the grader read the response)")
@@ -789,8 +828,22 @@ class Sandbox:
         text, dropped = self._take_output()
         mutated = resp.get("mutated", [])
         if resp["ok"]:
-            return Outcome(True, value=resp["value"], output=text, output_dropped=dropped, mutated=mutated, interrupted=interrupted)
-        return Outcome(False, error=resp["error"], output=text, output_dropped=dropped, mutated=mutated, interrupted=interrupted)
+            return Outcome(
+                True,
+                value=resp["value"],
+                output=text,
+                output_dropped=dropped,
+                mutated=mutated,
+                interrupted=interrupted,
+            )
+        return Outcome(
+            False,
+            error=resp["error"],
+            output=text,
+            output_dropped=dropped,
+            mutated=mutated,
+            interrupted=interrupted,
+        )
 
     def take_output(self) -> tuple[str, int]:
         return self._take_output() if hasattr(self, "_out") else ("", 0)

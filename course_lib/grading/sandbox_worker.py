@@ -50,7 +50,18 @@ from collections.abc import Callable
 
 # --- values on the wire (shared with the checker) ------------------------------------
 
-TENSOR_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+TENSOR_DTYPES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+)
 MAX_DEPTH = 16
 MAX_ITEMS = 10_000  # list/tuple/dict entries, in total
 MAX_TENSOR_BYTES = 64 * 2**20  # all tensors of one value together
@@ -143,7 +154,12 @@ def encode(value, _state=None, _depth=0):
         t = t.to("cpu").contiguous().as_subclass(torch.Tensor)
         # reshape(-1): a 1-D view with unit stride, also for 0-d tensors and size-1 dims with odd strides
         raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        out = {"t": "tensor", "dtype": name, "shape": list(t.shape), "data": base64.b64encode(raw).decode("ascii")}
+        out = {
+            "t": "tensor",
+            "dtype": name,
+            "shape": list(t.shape),
+            "data": base64.b64encode(raw).decode("ascii"),
+        }
         if grad:  # only when set: a tensor without it encodes as before
             out["grad"] = True
         return out
@@ -178,7 +194,9 @@ def decode(obj):
         if not isinstance(grad, bool):
             raise WireError("a tensor's 'grad' must be true or false")
         if grad and not (dtype.is_floating_point or dtype.is_complex):
-            raise WireError(f"a tensor of dtype {obj['dtype']} cannot require grad (only floating-point tensors can)")
+            raise WireError(
+                f"a tensor of dtype {obj['dtype']} cannot require grad (only floating-point tensors can)"
+            )
         raw = base64.b64decode(obj["data"], validate=True)
         shape = [int(s) for s in obj["shape"]]
         numel = 1
@@ -186,7 +204,9 @@ def decode(obj):
             numel *= s
         itemsize = torch.empty((), dtype=dtype).element_size()
         if len(raw) != numel * itemsize:
-            raise WireError(f"tensor data has {len(raw)} bytes, shape {shape} of {obj['dtype']} needs {numel * itemsize}")
+            raise WireError(
+                f"tensor data has {len(raw)} bytes, shape {shape} of {obj['dtype']} needs {numel * itemsize}"
+            )
         if numel == 0:
             out = torch.empty(shape, dtype=dtype)
         else:
@@ -225,7 +245,9 @@ def forbid(dotted: str) -> Callable[[], None]:
         original = getattr(owner, parts[-1])
 
         def stub(*args, __name=dotted, **kwargs):
-            raise ForbiddenCall(f"{__name} may not be used in this assignment: write the computation yourself")
+            raise ForbiddenCall(
+                f"{__name} may not be used in this assignment: write the computation yourself"
+            )
 
         stub.__name__ = parts[-1]
         try:
@@ -255,7 +277,6 @@ class _BlockCourseLib:
             )
         return None
 
-
     @classmethod
     def create_module(cls, spec):
         return None
@@ -264,7 +285,7 @@ class _BlockCourseLib:
     def exec_module(cls, module):
         name = module.__name__
         if name in cls.shims:
-            exec(compile(cls.shims[name], f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - the grader's own helper
+            exec(compile(cls.shims[name], f"<{name}>", "exec"), module.__dict__)
         else:
             module.__path__ = []
 
@@ -289,9 +310,9 @@ class _IPythonStub:
         try:
             compiled = compile(code, filename, "eval")
         except SyntaxError:
-            exec(compile(code, filename, "exec"), self._ns)  # noqa: S102 - the student's own code
+            exec(compile(code, filename, "exec"), self._ns)
             return None
-        return eval(compiled, self._ns)  # noqa: S307 - the student's own code
+        return eval(compiled, self._ns)
 
     def run_line_magic(self, name, line, *args, **kwargs):
         if name in ("time", "timeit", "prun") and line.strip():
@@ -310,7 +331,7 @@ class _IPythonStub:
         if name in ("time", "timeit", "capture", "prun"):
             if name == "timeit" and line.strip():  # %%timeit setup_statement
                 self._run(line, "<%%timeit setup>")
-            exec(compile(cell, "<cell magic>", "exec"), self._ns)  # noqa: S102
+            exec(compile(cell, "<cell magic>", "exec"), self._ns)
         return None
 
     def system(self, *args, **kwargs):
@@ -331,25 +352,30 @@ def _error_info(exc: BaseException) -> dict:
     cls = type(exc)
     try:
         message = str(exc)
-    except BaseException:  # noqa: BLE001 - a broken __str__ is the student's
+    except BaseException:
         message = "<the exception's message could not be shown>"
     try:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != _FRAMES_TO_HIDE]
         tb = "".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(cls, exc))
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         tb = ""
     try:
         mro = [c.__name__ for c in cls.__mro__][:64]
-    except BaseException:  # noqa: BLE001
+    except BaseException:
         mro = [cls.__name__]
-    return {"type": cls.__name__[:200], "mro": [m[:200] for m in mro], "message": message[:20000], "traceback": tb[-50000:]}
+    return {
+        "type": cls.__name__[:200],
+        "mro": [m[:200] for m in mro],
+        "message": message[:20000],
+        "traceback": tb[-50000:],
+    }
 
 
 def _flush():
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             pass
 
 
@@ -408,7 +434,7 @@ def _prctl_hardening() -> list[str]:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception as exc:  # noqa: BLE001 - not Linux
+    except Exception as exc:
         return [f"prctl hardening unavailable: {exc}"]
     return []
 
@@ -418,18 +444,66 @@ def _prctl_hardening() -> list[str]:
 # tmpfs mounted in a new user and mount namespace), new namespaces of any kind, and
 # reading or writing other processes' memory (the zygote runs as the same user).
 _SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, {
-        "shmget": 29, "semget": 64, "msgget": 68, "ptrace": 101, "pivot_root": 155, "mount": 165, "umount2": 166,
-        "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298, "setns": 308,
-        "process_vm_readv": 310, "process_vm_writev": 311, "memfd_create": 319, "bpf": 321, "userfaultfd": 323,
-        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442,
-    }, 56),
-    "aarch64": (0xC00000B7, {
-        "mount": 40, "umount2": 39, "pivot_root": 41, "unshare": 97, "ptrace": 117, "msgget": 186, "semget": 190,
-        "shmget": 194, "add_key": 217, "request_key": 218, "keyctl": 219, "perf_event_open": 241, "setns": 268,
-        "process_vm_readv": 270, "process_vm_writev": 271, "memfd_create": 279, "bpf": 280, "userfaultfd": 282,
-        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442,
-    }, 220),
+    "x86_64": (
+        0xC000003E,
+        {
+            "shmget": 29,
+            "semget": 64,
+            "msgget": 68,
+            "ptrace": 101,
+            "pivot_root": 155,
+            "mount": 165,
+            "umount2": 166,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "unshare": 272,
+            "perf_event_open": 298,
+            "setns": 308,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "memfd_create": 319,
+            "bpf": 321,
+            "userfaultfd": 323,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "mount_setattr": 442,
+        },
+        56,
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "mount": 40,
+            "umount2": 39,
+            "pivot_root": 41,
+            "unshare": 97,
+            "ptrace": 117,
+            "msgget": 186,
+            "semget": 190,
+            "shmget": 194,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "perf_event_open": 241,
+            "setns": 268,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "memfd_create": 279,
+            "bpf": 280,
+            "userfaultfd": 282,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "mount_setattr": 442,
+        },
+        220,
+    ),
 }
 _CLONE3 = 435
 _CLONE_NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
@@ -450,8 +524,17 @@ def seccomp_program(machine: str) -> bytes | None:
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
     for nr in sorted(denied.values()):
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-    prog += [(jeq, 0, 1, _CLONE3), (ret, 0, 0, enosys)]  # C libraries fall back to clone, whose flags we can see
-    prog += [(jeq, 0, 4, clone_nr), (ld, 0, 0, 16), (and_, 0, 0, _CLONE_NEW_NAMESPACES), (jeq, 1, 0, 0), (ret, 0, 0, eperm)]
+    prog += [
+        (jeq, 0, 1, _CLONE3),
+        (ret, 0, 0, enosys),
+    ]  # C libraries fall back to clone, whose flags we can see
+    prog += [
+        (jeq, 0, 4, clone_nr),
+        (ld, 0, 0, 16),
+        (and_, 0, 0, _CLONE_NEW_NAMESPACES),
+        (jeq, 1, 0, 0),
+        (ret, 0, 0, eperm),
+    ]
     prog += [(ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
@@ -462,7 +545,9 @@ def _install_seccomp() -> list[str]:
 
     program = seccomp_program(platform.machine())
     if program is None:
-        return [f"no seccomp filter for {platform.machine()}: SysV shared memory, memfd and new namespaces are not blocked"]
+        return [
+            f"no seccomp filter for {platform.machine()}: SysV shared memory, memfd and new namespaces are not blocked"
+        ]
 
     class _Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -475,15 +560,19 @@ def _install_seccomp() -> list[str]:
             raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
         if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    except Exception as exc:  # noqa: BLE001 - not Linux, or seccomp turned off
-        return [f"could not install the seccomp filter ({exc}): SysV shared memory, memfd and new namespaces are not blocked"]
+    except Exception as exc:
+        return [
+            f"could not install the seccomp filter ({exc}): SysV shared memory, memfd and new namespaces are not blocked"
+        ]
     return []
 
 
 def _setup(init: dict) -> list[str]:
     """Everything before student code: imports, forbidden functions, limits, the uid."""
     sys.path[:] = list(init["sys_path"])
-    _BlockCourseLib.shims = {k: v for k, v in (init.get("shims") or {}).items() if isinstance(k, str) and isinstance(v, str)}
+    _BlockCourseLib.shims = {
+        k: v for k, v in (init.get("shims") or {}).items() if isinstance(k, str) and isinstance(v, str)
+    }
     sys.meta_path.insert(0, _BlockCourseLib)
     warnings = []
     if init.get("prctl"):
@@ -491,7 +580,7 @@ def _setup(init: dict) -> list[str]:
     for name in init.get("preload", []):
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             warnings.append(f"could not preload {name}: {exc}")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
@@ -594,7 +683,7 @@ def _serve(fd_req: int, fd_resp: int) -> int:
                 source = req["source"]
                 linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
                 code = compile(source, filename, "exec")
-                exec(code, namespace)  # noqa: S102 - running student code is the point
+                exec(code, namespace)
                 value = {"t": "none"}
             elif op == "call":
                 name = req["name"]
@@ -616,9 +705,16 @@ def _serve(fd_req: int, fd_resp: int) -> int:
                     raise WireError(f"{name} returned {exc}, which the grader cannot compare") from None
             else:
                 raise ValueError(f"unknown request {op!r}")
-        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too
+        except BaseException as exc:
             _flush()
-            respond({"id": rid, "ok": False, "error": _error_info(exc), **({"mutated": mutated} if mutated else {})})
+            respond(
+                {
+                    "id": rid,
+                    "ok": False,
+                    "error": _error_info(exc),
+                    **({"mutated": mutated} if mutated else {}),
+                }
+            )
             continue
         _flush()
         respond({"id": rid, "ok": True, "value": value, **({"mutated": mutated} if mutated else {})})
@@ -660,7 +756,9 @@ def _zygote(fds: list[int], init: dict, ctl_out) -> int:
         watch = [fd_ctl_in] + ([pidfd] if pidfd is not None else [])
         timeout = 0.05 if child is not None and pidfd is None else None
         ready, _, _ = select.select(watch, [], [], timeout)
-        if child is not None and (pidfd in ready if pidfd is not None else os.waitpid(child, os.WNOHANG)[0] != 0):
+        if child is not None and (
+            pidfd in ready if pidfd is not None else os.waitpid(child, os.WNOHANG)[0] != 0
+        ):
             code = reap(child)
             if pidfd is not None:
                 os.close(pidfd)
@@ -704,7 +802,9 @@ def _zygote(fds: list[int], init: dict, ctl_out) -> int:
                     pidfd = os.pidfd_open(pid)
                 except (AttributeError, OSError):
                     pidfd = None
-            elif op == "interrupt" and child is not None:  # an answer cell ran out of time: stop it as Jupyter does
+            elif (
+                op == "interrupt" and child is not None
+            ):  # an answer cell ran out of time: stop it as Jupyter does
                 try:
                     os.kill(child, signal.SIGINT)
                 except OSError:
@@ -732,7 +832,9 @@ def main(argv: list[str]) -> int:
     init = json.loads(line)
     warnings = _setup(init)
     init["sweep"] = init.get("sweep") or init.get("_dropped", False)
-    ctl_out.write(json.dumps({"id": 0, "ok": True, "value": {"t": "none"}, "warnings": warnings[:20]}).encode() + b"\n")
+    ctl_out.write(
+        json.dumps({"id": 0, "ok": True, "value": {"t": "none"}, "warnings": warnings[:20]}).encode() + b"\n"
+    )
     ctl_out.flush()
     return _zygote(fds, init, ctl_out)
 

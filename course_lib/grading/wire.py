@@ -22,7 +22,15 @@ from importlib import resources
 
 from .sandbox_worker import MAX_DEPTH, MAX_ITEMS, TENSOR_DTYPES, WireError, encode
 
-__all__ = ["MAX_LINE", "ProtocolError", "parse_response", "validate_response", "to_python", "encode", "describe"]
+__all__ = [
+    "MAX_LINE",
+    "ProtocolError",
+    "parse_response",
+    "validate_response",
+    "to_python",
+    "encode",
+    "describe",
+]
 
 MAX_LINE = 96 * 2**20  # bytes in one response line
 
@@ -105,7 +113,10 @@ def _check_value(v, depth: int, budget: list[int]) -> None:
     allowed, required = _VALUE_KEYS[t]
     if not set(v) <= allowed or not required <= set(v):
         optional = sorted(allowed - required - {"t"})
-        raise _Invalid(f"a {t} value must have the keys {sorted(required | {'t'})}" + (f" (optionally {optional})" if optional else ""))
+        raise _Invalid(
+            f"a {t} value must have the keys {sorted(required | {'t'})}"
+            + (f" (optionally {optional})" if optional else "")
+        )
     if t == "bool" and not isinstance(v["v"], bool):
         raise _Invalid("bool value")
     elif t == "int" and not (_is_int(v["v"]) and _INT_MIN <= v["v"] <= _INT_MAX):
@@ -122,7 +133,11 @@ def _check_value(v, depth: int, budget: list[int]) -> None:
         if v["dtype"] not in TENSOR_DTYPES:
             raise _Invalid("tensor dtype")
         shape = v["shape"]
-        if not isinstance(shape, list) or len(shape) > 8 or not all(_is_int(s) and 0 <= s <= 2**31 - 1 for s in shape):
+        if (
+            not isinstance(shape, list)
+            or len(shape) > 8
+            or not all(_is_int(s) and 0 <= s <= 2**31 - 1 for s in shape)
+        ):
             raise _Invalid("tensor shape")
         _str(v["data"], 100_000_000, "tensor data")
         if "grad" in v:
@@ -147,7 +162,11 @@ def _check_value(v, depth: int, budget: list[int]) -> None:
 
 
 def _check_error(e) -> None:
-    if not isinstance(e, dict) or not {"type", "mro", "message"} <= set(e) or not set(e) <= {"type", "mro", "message", "traceback"}:
+    if (
+        not isinstance(e, dict)
+        or not {"type", "mro", "message"} <= set(e)
+        or not set(e) <= {"type", "mro", "message", "traceback"}
+    ):
         raise _Invalid("an error must have type, mro, message (and optionally traceback)")
     _str(e["type"], 200, "error type")
     if not isinstance(e["mro"], list) or len(e["mro"]) > 64:
@@ -194,7 +213,11 @@ def validate_response(obj) -> None:
             if not isinstance(m, list) or len(m) > MAX_MUTATED:
                 raise _Invalid("mutated")
             for pair in m:
-                if not isinstance(pair, list) or len(pair) != 2 or not (_is_int(pair[0]) or isinstance(pair[0], str)):
+                if (
+                    not isinstance(pair, list)
+                    or len(pair) != 2
+                    or not (_is_int(pair[0]) or isinstance(pair[0], str))
+                ):
                     raise _Invalid("a mutated entry must be an [argument index or name, value] pair")
                 if isinstance(pair[0], str):
                     _str(pair[0], 200, "an argument name")
@@ -274,7 +297,9 @@ def to_python(value: dict):
         dtype = getattr(torch, value["dtype"])
         grad = value.get("grad", False)
         if not isinstance(grad, bool) or (grad and value["dtype"] not in GRAD_DTYPES):
-            raise ProtocolError(f"a tensor of dtype {value['dtype']} with grad={str(grad)[:20]} (only a floating-point tensor can require grad)")
+            raise ProtocolError(
+                f"a tensor of dtype {value['dtype']} with grad={str(grad)[:20]} (only a floating-point tensor can require grad)"
+            )
         shape = value["shape"]
         numel = math.prod(shape)
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -283,7 +308,9 @@ def to_python(value: dict):
         except (binascii.Error, ValueError):
             raise ProtocolError("tensor data is not base64") from None
         if len(raw) != numel * itemsize:
-            raise ProtocolError(f"tensor data has {len(raw)} bytes; shape {shape} of {value['dtype']} needs {numel * itemsize}")
+            raise ProtocolError(
+                f"tensor data has {len(raw)} bytes; shape {shape} of {value['dtype']} needs {numel * itemsize}"
+            )
         if numel == 0:
             out = torch.empty(shape, dtype=dtype)
         else:

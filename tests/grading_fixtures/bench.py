@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grading_fixtures.cases import ATT, CONCAT_PE, HONEST_ALTERNATIVE, NAN_ROWS, NO_SCALE, PE, Case  # noqa: E402
+from grading_fixtures.cases import ATT, CONCAT_PE, HONEST_ALTERNATIVE, NAN_ROWS, NO_SCALE, PE, Case
 
 
 def per_submission(repeats: int = 5) -> None:
@@ -37,7 +37,9 @@ def per_submission(repeats: int = 5) -> None:
     assignment = load_assignment(Path(__file__).resolve().parents[2] / "solutions" / "02_transformer.ipynb")
     reference = checker.Reference(assignment)
     answers = Case("solution").notebook()
-    sub = Submission("x", by_id={c["id"]: "".join(c["source"]) for c in answers["cells"] if c["cell_type"] == "code"})
+    sub = Submission(
+        "x", by_id={c["id"]: "".join(c["source"]) for c in answers["cells"] if c["cell_type"] == "code"}
+    )
     timings: dict[str, list[float]] = {"start": [], "spawn": [], "total": []}
     orig_start, orig_spawn = sandbox.Sandbox.start, sandbox.Sandbox.spawn
 
@@ -62,7 +64,9 @@ def per_submission(repeats: int = 5) -> None:
     sandbox.Sandbox.start, sandbox.Sandbox.spawn = orig_start, orig_spawn
     med = {k: statistics.median(v) for k, v in timings.items()}
     print(f"sandbox: {mode}; median of {repeats} gradings of the solution (12 checks)")
-    print(f"  start sandbox + zygote (torch import): {med['start']:.2f} s (includes the first fork: {med['spawn']:.3f} s)")
+    print(
+        f"  start sandbox + zygote (torch import): {med['start']:.2f} s (includes the first fork: {med['spawn']:.3f} s)"
+    )
     print(f"  answers + 12 checks + cleanup:         {med['total'] - med['start']:.2f} s")
     print(f"  total per submission:                  {med['total']:.2f} s wall")
     print(f"  CPU of the checker (reference answers, comparisons, JSON, cleanup): {cpu:.2f} s per submission")
@@ -87,8 +91,19 @@ def batch(n: int, jobs: int) -> None:
             paths.append(str(path))
         t = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "course_lib.cli", "grade", *paths, "--out", str(folder / "out"), "--jobs", str(jobs)],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "course_lib.cli",
+                "grade",
+                *paths,
+                "--out",
+                str(folder / "out"),
+                "--jobs",
+                str(jobs),
+            ],
+            capture_output=True,
+            text=True,
         )
         elapsed = time.perf_counter() - t
         assert proc.returncode == 0, proc.stderr[-2000:]

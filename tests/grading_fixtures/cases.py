@@ -18,11 +18,26 @@ SOLUTION = ROOT / "solutions" / "02_transformer.ipynb"
 EXERCISE = ROOT / "exercises" / "02_transformer.ipynb"
 MARKER = "course-grader-test-marker-7f3a"  # in the command line of processes a submission leaves behind
 
-CAUSAL, PE, ATT, HEADS = "causal-mask-answer", "positional-encoding-answer", "attention-answer", "heads-answer"
+CAUSAL, PE, ATT, HEADS = (
+    "causal-mask-answer",
+    "positional-encoding-answer",
+    "attention-answer",
+    "heads-answer",
+)
 CHECKS = {
     "causal-mask": ["causal-mask-small", "causal-mask-sizes"],
-    "positional-encoding": ["positional-encoding-small", "positional-encoding-sizes", "positional-encoding-odd"],
-    "attention": ["attention-basic", "attention-padding", "attention-shapes", "attention-masks", "attention-empty-rows"],
+    "positional-encoding": [
+        "positional-encoding-small",
+        "positional-encoding-sizes",
+        "positional-encoding-odd",
+    ],
+    "attention": [
+        "attention-basic",
+        "attention-padding",
+        "attention-shapes",
+        "attention-masks",
+        "attention-empty-rows",
+    ],
     "heads": ["heads-small", "heads-sizes"],
 }
 ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
@@ -72,7 +87,7 @@ class Case:
 # --- honest work -------------------------------------------------------------------------
 
 HONEST_ALTERNATIVE = {
-    CAUSAL: '''
+    CAUSAL: """
 import warnings
 
 def _check(length, key_length):
@@ -86,8 +101,8 @@ def causal_mask(length, key_length=None):
     warnings.warn("a warning on stderr must not cost points")
     print("building a causal mask of", length, "x", key_length)
     return torch.tril(torch.ones(length, key_length), diagonal=key_length - length).bool()
-''',
-    PE: '''
+""",
+    PE: """
 def sinusoidal_encoding(max_len, d_model):
     # float32 all the way, pow instead of exp/log: differs from the reference in the last digits
     if d_model % 2 == 1:
@@ -98,8 +113,8 @@ def sinusoidal_encoding(max_len, d_model):
     pe[:, 0::2] = torch.sin(pos / div)
     pe[:, 1::2] = torch.cos(pos / div)
     return pe
-''',
-    ATT: '''
+""",
+    ATT: """
 import sys
 
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -112,8 +127,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         weights = weights * mask  # rows with no key: uniform * 0 = 0
     print("attention", tuple(q.shape), file=sys.stderr)
     return torch.einsum("...qk,...kd->...qd", weights, v), weights
-''',
-    HEADS: '''
+""",
+    HEADS: """
 def split_heads(x, n_heads):
     b, n, d = x.shape
     if d % n_heads:
@@ -124,10 +139,10 @@ def split_heads(x, n_heads):
 def merge_heads(x):
     b, h, n, d = x.shape
     return x.permute(0, 2, 1, 3).contiguous().view(b, n, h * d)
-''',
+""",
 }
 
-NO_SCALE = '''
+NO_SCALE = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1)  # forgot to divide by sqrt(d_k)
     if mask is not None:
@@ -136,29 +151,29 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     if mask is not None:
         weights = weights.nan_to_num(0.0)
     return weights @ v, weights
-'''
+"""
 
-NAN_ROWS = '''
+NAN_ROWS = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # a fully masked row becomes NaN
     return weights @ v, weights
-'''
+"""
 
-CONCAT_PE = '''
+CONCAT_PE = """
 def sinusoidal_encoding(max_len, d_model):
     if d_model % 2:
         raise ValueError("odd")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]
     freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     return torch.cat([torch.sin(pos * freq), torch.cos(pos * freq)], dim=-1).float()  # not interleaved
-'''
+"""
 
 # --- cheating with data -------------------------------------------------------------------
 
-LIAR_TENSOR = '''
+LIAR_TENSOR = """
 class _Liar(torch.Tensor):
     def __eq__(self, other):
         return True
@@ -171,9 +186,9 @@ class _Liar(torch.Tensor):
 
 def causal_mask(length, key_length=None):
     return torch.zeros(length, key_length or length, dtype=torch.bool).as_subclass(_Liar)
-'''
+"""
 
-LIAR_OBJECT = '''
+LIAR_OBJECT = """
 class _Anything:
     shape = property(lambda self: self)
     dtype = torch.float32
@@ -186,9 +201,9 @@ class _Anything:
 
 def sinusoidal_encoding(max_len, d_model):
     return _Anything()
-'''
+"""
 
-MONKEYPATCH = '''
+MONKEYPATCH = """
 import builtins
 torch.allclose = lambda *a, **k: True
 torch.equal = lambda *a, **k: True
@@ -199,9 +214,9 @@ builtins.AssertionError = type("AssertionError", (Exception,), {})
 def scaled_dot_product_attention(q, k, v, mask=None):
     w = torch.zeros(*q.shape[:-1], k.shape[-2])
     return torch.zeros(*q.shape[:-1], v.shape[-1]), w
-'''
+"""
 
-NUMPY_RETURN = '''
+NUMPY_RETURN = """
 def split_heads(x, n_heads):
     b, n, d = x.shape
     if d % n_heads:
@@ -211,11 +226,11 @@ def split_heads(x, n_heads):
 def merge_heads(x):
     b, h, n, d = x.shape
     return x.transpose(1, 2).reshape(b, n, h * d).numpy()
-'''
+"""
 
 # --- cheating with the environment ----------------------------------------------------------
 
-READ_SOLUTIONS = '''
+READ_SOLUTIONS = """
 import os
 
 def _find_solutions():
@@ -248,9 +263,9 @@ def causal_mask(length, key_length=None):
                 exec("".join(cell["source"]), ns)
                 return ns["causal_mask"](length, key_length)
     return torch.ones(length, key_length or length, dtype=torch.bool)
-'''
+"""
 
-FORGE_PROTOCOL = '''
+FORGE_PROTOCOL = """
 import os
 
 def sinusoidal_encoding(max_len, d_model):
@@ -264,9 +279,9 @@ def sinusoidal_encoding(max_len, d_model):
         except OSError:
             pass
     return torch.zeros(max_len, d_model)
-'''
+"""
 
-FORBIDDEN_SDPA = '''
+FORBIDDEN_SDPA = """
 import torch.nn.functional as F
 
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -275,9 +290,9 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), weights
-'''
+"""
 
-COURSE_LIB_INSIDE = '''
+COURSE_LIB_INSIDE = """
 def split_heads(x, n_heads):
     from course_lib.nn import MultiHeadAttention
     mha = MultiHeadAttention(x.shape[-1], n_heads)
@@ -287,41 +302,41 @@ def merge_heads(x):
     from course_lib.nn import MultiHeadAttention
     mha = MultiHeadAttention(x.shape[1] * x.shape[-1], x.shape[1])
     return mha.merge_heads(x)
-'''
+"""
 
-COURSE_LIB_TOP = '''
+COURSE_LIB_TOP = """
 from course_lib.nn.attention import causal_mask as _library_mask
 
 def causal_mask(length, key_length=None):
     if key_length is not None and key_length < length:
         raise ValueError("too short")
     return _library_mask(length, key_length=key_length)
-'''
+"""
 
 # --- hangs, crashes, exits --------------------------------------------------------------------
 
-LOOP_FUNCTION = '''
+LOOP_FUNCTION = """
 def causal_mask(length, key_length=None):
     while True:
         pass
-'''
+"""
 
-LOOP_CELL = '''
+LOOP_CELL = """
 def sinusoidal_encoding(max_len, d_model):
     raise ValueError("never reached: the cell hangs before the grader calls this")
 
 while True:  # hangs when the cell runs
     pass
-'''
+"""
 
-SEGFAULT = '''
+SEGFAULT = """
 import ctypes
 
 def causal_mask(length, key_length=None):
     ctypes.string_at(0)  # reads address 0: SIGSEGV
-'''
+"""
 
-KILL_EVERYTHING = '''
+KILL_EVERYTHING = """
 import os, signal
 
 def sinusoidal_encoding(max_len, d_model):
@@ -331,16 +346,16 @@ def sinusoidal_encoding(max_len, d_model):
         except OSError:
             pass
     os.kill(os.getpid(), signal.SIGKILL)
-'''
+"""
 
-OS_EXIT = '''
+OS_EXIT = """
 import os
 
 def scaled_dot_product_attention(q, k, v, mask=None):
     os._exit(3)
-'''
+"""
 
-SYS_EXIT = '''
+SYS_EXIT = """
 import sys
 
 def split_heads(x, n_heads):
@@ -348,27 +363,30 @@ def split_heads(x, n_heads):
 
 def merge_heads(x):
     raise SystemExit("bye")
-'''
+"""
 
-SYSTEMEXIT_AT_TOP = HONEST_ALTERNATIVE[PE] + '''
+SYSTEMEXIT_AT_TOP = (
+    HONEST_ALTERNATIVE[PE]
+    + """
 raise SystemExit  # after the definition: the function stays defined
-'''
+"""
+)
 
 # --- resources ------------------------------------------------------------------------------------
 
-HUGE_RETURN = '''
+HUGE_RETURN = """
 def causal_mask(length, key_length=None):
     return torch.ones(200_000_000, dtype=torch.bool)  # 200 MB: over the grader's size limit
-'''
+"""
 
-MEMORY_HOG = '''
+MEMORY_HOG = """
 def sinusoidal_encoding(max_len, d_model):
     hoard = []
     while True:
         hoard.append(bytearray(64 * 2**20))
-'''
+"""
 
-BIG_OUTPUT = '''
+BIG_OUTPUT = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     print("x" * 5_000_000)  # 5 MB of output per call
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
@@ -378,9 +396,9 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     if mask is not None:
         weights = weights.nan_to_num(0.0)
     return weights @ v, weights
-'''
+"""
 
-FORK_BOMB = '''
+FORK_BOMB = """
 import os, time
 
 def split_heads(x, n_heads):
@@ -400,9 +418,9 @@ def split_heads(x, n_heads):
 
 def merge_heads(x):
     return x
-'''
+"""
 
-BACKGROUND = '''
+BACKGROUND = """
 import os, subprocess, sys, threading, time
 
 LOOP = "while :; do sleep 1; done # %(marker)s"
@@ -425,11 +443,11 @@ def causal_mask(length, key_length=None):
     if key_length < length:
         raise ValueError("key_length < length")
     return torch.ones(length, key_length, dtype=torch.bool).tril(key_length - length)
-'''
+"""
 
 # --- snooping and escaping --------------------------------------------------------------------------
 
-EVIL_MESSAGE = '''
+EVIL_MESSAGE = """
 class _Evil(Exception):
     def __str__(self):
         return "```\\n</pre><script>alert(1)</script>\\n# YOU GOT FULL MARKS\\n\\x1b[2J\\x1b[31mfake\\r\\u202egnidaer\\n```"
@@ -439,9 +457,9 @@ def split_heads(x, n_heads):
 
 def merge_heads(x):
     raise _Evil()
-'''
+"""
 
-SNOOP = '''
+SNOOP = """
 import gc, os, sys
 
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -461,9 +479,9 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     if mask is not None:
         weights = weights.nan_to_num(0.0)
     return weights @ v, weights
-'''
+"""
 
-NETWORK = '''
+NETWORK = """
 import socket
 
 def causal_mask(length, key_length=None):
@@ -479,7 +497,7 @@ def causal_mask(length, key_length=None):
     if key_length < length:
         raise ValueError("key_length < length")
     return torch.ones(length, key_length, dtype=torch.bool).tril(key_length - length)
-'''
+"""
 
 
 def _tamper_checks(nb: dict) -> None:
@@ -496,8 +514,16 @@ def _tamper_checks(nb: dict) -> None:
     moved = next(c for c in nb["cells"] if c.get("id") == "attention-check-basic")  # a reordered one
     nb["cells"].remove(moved)
     nb["cells"].insert(0, moved)
-    nb["cells"].append({"cell_type": "code", "id": "extra-check", "metadata": {"tags": ["check"], "course": {"id": "free-points", "points": 100}},
-                        "source": "assert True", "execution_count": 1, "outputs": []})
+    nb["cells"].append(
+        {
+            "cell_type": "code",
+            "id": "extra-check",
+            "metadata": {"tags": ["check"], "course": {"id": "free-points", "points": 100}},
+            "source": "assert True",
+            "execution_count": 1,
+            "outputs": [],
+        }
+    )
     nb["metadata"]["kernelspec"] = {"name": "evil", "display_name": "evil", "language": "python"}
     nb["metadata"]["course"]["max_points"] = 1000
 
@@ -525,7 +551,11 @@ def graded_cases(port: int) -> list[Case]:
         Case("stub", base="stub", fails=tuple(CHECKS)),
         Case("honest_alternative", answers=HONEST_ALTERNATIVE),
         Case("partial_no_scale", answers={ATT: NO_SCALE}, fails=("attention",)),
-        Case("partial_mixed", answers={PE: CONCAT_PE, ATT: NAN_ROWS}, fails=("positional-encoding", "attention-empty-rows")),
+        Case(
+            "partial_mixed",
+            answers={PE: CONCAT_PE, ATT: NAN_ROWS},
+            fails=("positional-encoding", "attention-empty-rows"),
+        ),
         Case(
             "cheat_data",
             answers={CAUSAL: LIAR_TENSOR, PE: LIAR_OBJECT, ATT: MONKEYPATCH, HEADS: NUMPY_RETURN},
@@ -533,12 +563,21 @@ def graded_cases(port: int) -> list[Case]:
         ),
         Case(
             "cheat_env",
-            answers={CAUSAL: READ_SOLUTIONS % {"root": root}, PE: FORGE_PROTOCOL, ATT: FORBIDDEN_SDPA, HEADS: COURSE_LIB_INSIDE},
+            answers={
+                CAUSAL: READ_SOLUTIONS % {"root": root},
+                PE: FORGE_PROTOCOL,
+                ATT: FORBIDDEN_SDPA,
+                HEADS: COURSE_LIB_INSIDE,
+            },
             fails=tuple(CHECKS),
             modes=("bwrap",),  # without bubblewrap the solutions on disk are readable: documented
         ),
         Case("course_lib_top", answers={CAUSAL: COURSE_LIB_TOP}, fails=("causal-mask",)),
-        Case("hangs", answers={CAUSAL: LOOP_FUNCTION, PE: LOOP_CELL}, fails=("causal-mask", "positional-encoding")),
+        Case(
+            "hangs",
+            answers={CAUSAL: LOOP_FUNCTION, PE: LOOP_CELL},
+            fails=("causal-mask", "positional-encoding"),
+        ),
         Case(
             "crashes",
             answers={CAUSAL: SEGFAULT, PE: KILL_EVERYTHING, ATT: OS_EXIT, HEADS: SYS_EXIT},
@@ -551,7 +590,11 @@ def graded_cases(port: int) -> list[Case]:
             fails=("causal-mask", "positional-encoding", "heads"),
         ),
         Case("background", answers={CAUSAL: BACKGROUND % {"marker": MARKER}}),
-        Case("evil_snoop_network", answers={HEADS: EVIL_MESSAGE, ATT: SNOOP, CAUSAL: NETWORK % {"port": port}}, fails=("heads",)),
+        Case(
+            "evil_snoop_network",
+            answers={HEADS: EVIL_MESSAGE, ATT: SNOOP, CAUSAL: NETWORK % {"port": port}},
+            fails=("heads",),
+        ),
         Case("tampered_checks", base="stub", fails=tuple(CHECKS), edit=_tamper_checks),
         Case("scrambled_ids", edit=_scramble_ids),
         Case("no_markers", edit=_drop_markers),
@@ -565,19 +608,37 @@ def _other_assignment(path: Path) -> None:
 
 
 def _nbformat3(path: Path) -> None:
-    path.write_text(json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": []}]}))
+    path.write_text(
+        json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": []}]})
+    )
 
 
 def _no_answers(path: Path) -> None:
-    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-        {"cell_type": "code", "id": "a1", "metadata": {}, "source": "print('hello')", "outputs": [], "execution_count": None}]}
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "a1",
+                "metadata": {},
+                "source": "print('hello')",
+                "outputs": [],
+                "execution_count": None,
+            }
+        ],
+    }
     path.write_text(json.dumps(nb))
 
 
 FILE_CASES = {
     # name: (writer(path), expected status prefix)
     "invalid_json": (lambda p: p.write_text('{"cells": [,]}'), "error: not a notebook (invalid JSON"),
-    "binary_png": (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 10), "error: not a notebook (not UTF-8"),
+    "binary_png": (
+        lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 10),
+        "error: not a notebook (not UTF-8",
+    ),
     "json_list": (lambda p: p.write_text("[1, 2, 3]"), "error: not a notebook (the JSON is a list"),
     "deep_json": (lambda p: p.write_text("[" * 200_000 + "]" * 200_000), "error: not a notebook"),
     "nbformat3": (_nbformat3, "error: nbformat 3 notebook"),

@@ -71,8 +71,9 @@ class Chapter:
         path.write_text(json.dumps(nb, indent=1))
         return path
 
-    def submissions(self, folder: Path, partial: dict[str, str], rewritten: dict[str, str],
-                    one_exercise: dict[str, str]) -> dict[str, Path]:
+    def submissions(
+        self, folder: Path, partial: dict[str, str], rewritten: dict[str, str], one_exercise: dict[str, str]
+    ) -> dict[str, Path]:
         """The solution, the stub, the solution with the ``partial`` and with the ``rewritten``
         answers, and the stub with the ``one_exercise`` answers (name -> notebook)."""
         return {
@@ -90,7 +91,11 @@ class Chapter:
         target, fresh = release(self.solution, self.exercise.parent, check=True)
         assert fresh, f"exercises/{self.name}.ipynb is out of date: run `course release {self.name}`"
         assert check_notebook(self.solution) == [] and check_notebook(self.exercise) == []
-        released = {ln.strip() for c in json.loads(self.exercise.read_text())["cells"] for ln in cell_source(c).splitlines()}
+        released = {
+            ln.strip()
+            for c in json.loads(self.exercise.read_text())["cells"]
+            for ln in cell_source(c).splitlines()
+        }
         sol = json.loads(self.solution.read_text())
         visible = {ln.strip() for c in tagged_cells(sol, "check") for ln in cell_source(c).splitlines()}
         for cell in tagged_cells(sol, "hidden-check"):
@@ -105,25 +110,37 @@ class Chapter:
                     first = ast.get_source_segment(src, stmt).splitlines()[0].strip()
                     assert first not in released, first
 
-    def grade_cases(self, tmp_path_factory, partial: dict[str, str], rewritten: dict[str, str],
-                    one_exercise: dict[str, str], gaming: dict[str, tuple[dict[str, str], set]] | None = None
-                    ) -> dict[str, tuple[dict, dict, Path]]:
+    def grade_cases(
+        self,
+        tmp_path_factory,
+        partial: dict[str, str],
+        rewritten: dict[str, str],
+        one_exercise: dict[str, str],
+        gaming: dict[str, tuple[dict[str, str], set]] | None = None,
+    ) -> dict[str, tuple[dict, dict, Path]]:
         """One ``course grade`` batch over :meth:`submissions` and the ``gaming`` answers
         (name -> (answers on the stub, the checks they should pass)): name -> (row, report,
         notebook), as :meth:`grade`."""
-        folder, out = tmp_path_factory.mktemp(f"subs{self.name[:2]}"), tmp_path_factory.mktemp(f"grades{self.name[:2]}")
+        folder, out = (
+            tmp_path_factory.mktemp(f"subs{self.name[:2]}"),
+            tmp_path_factory.mktemp(f"grades{self.name[:2]}"),
+        )
         subs = self.submissions(folder, partial, rewritten, one_exercise)
         for name, (answers, _) in (gaming or {}).items():
             subs[name] = self.submission(folder, name, answers, base="stub")
         return self.grade(subs, out)
 
     @staticmethod
-    def assert_points(graded: dict, name: str, points: int, failing: set, all_checks: list[str], max_points: int) -> None:
+    def assert_points(
+        graded: dict, name: str, points: int, failing: set, all_checks: list[str], max_points: int
+    ) -> None:
         """Submission ``name`` failed exactly the checks ``failing`` and got ``points`` of
         ``max_points``, in its row of grades.csv and in its report."""
         row, rep, _ = graded[name]
         got = {c["id"]: c["passed"] for c in rep["checks"]}
-        assert got == {c: c not in failing for c in all_checks}, {c["id"]: c["message"] for c in rep["checks"]}
+        assert got == {c: c not in failing for c in all_checks}, {
+            c["id"]: c["message"] for c in rep["checks"]
+        }
         assert row["status"] == "graded" and row["max_points"] == str(max_points)
         assert int(row["points"]) == points == rep["points"]
 
@@ -141,15 +158,18 @@ class Chapter:
                 exec(compile(cell_source(cell), "<preamble>", "exec"), ns)
             for cell in tagged_cells(nb, "answer"):
                 try:
-                    exec(compile(answers.get(cell["id"], cell_source(cell)), f"<answer {cell['id']}>", "exec"), ns)
-                except Exception:  # noqa: BLE001 - a broken answer cell: its checks fail
+                    exec(
+                        compile(answers.get(cell["id"], cell_source(cell)), f"<answer {cell['id']}>", "exec"),
+                        ns,
+                    )
+                except Exception:
                     pass
             for i, cell in enumerate(tagged_cells(nb, "check")):
                 torch.manual_seed(2000 + i)
                 try:
                     exec(compile(cell_source(cell), f"<check cell {i}>", "exec"), ns)
                     out[cell["metadata"]["course"]["id"]] = True
-                except Exception:  # noqa: BLE001 - the notebook shows a failed cell
+                except Exception:
                     out[cell["metadata"]["course"]["id"]] = False
         return out
 
@@ -163,15 +183,23 @@ class Chapter:
         a = load_assignment(self.solution)
         words = "zero one two three four five six seven eight nine ten".split()
         intro = " ".join(cell_source(json.loads(self.exercise.read_text())["cells"][0]).split())
-        assert f"{words[len(a.exercises)].capitalize()} graded exercises ({a.max_points:g} points)" in intro, intro
+        assert (
+            f"{words[len(a.exercises)].capitalize()} graded exercises ({a.max_points:g} points)" in intro
+        ), intro
         timeout = max(c.timeout for c in a.checks)
         assert f"Each answer cell must finish running within {timeout:g} s" in intro, intro
-        assert f"each check within {timeout:g} s" in intro and f"at most {MAX_NOTEBOOK_BYTES // 2**20} MB" in intro, intro
+        assert (
+            f"each check within {timeout:g} s" in intro
+            and f"at most {MAX_NOTEBOOK_BYTES // 2**20} MB" in intro
+        ), intro
         assert "**What your answers may use.** torch" in intro and "Not course_lib" in intro, intro
         assert "points) (" not in intro, intro
         for e in a.exercises:  # each exercise's header gives its points
-            header = next(cell_source(c) for c in tagged_cells(json.loads(self.exercise.read_text()), "exercise")
-                          if c["metadata"]["course"]["id"] == e.id)
+            header = next(
+                cell_source(c)
+                for c in tagged_cells(json.loads(self.exercise.read_text()), "exercise")
+                if c["metadata"]["course"]["id"] == e.id
+            )
             assert f"({e.points:g} point" in header.splitlines()[0], header.splitlines()[0]
 
     def assert_home_verdicts(self, graded: dict) -> None:
@@ -185,7 +213,17 @@ class Chapter:
     def grade(subs: dict[str, Path], out: Path) -> dict[str, tuple[dict, dict, Path]]:
         """``course grade`` on ``subs`` (name -> notebook) with two jobs, in a subprocess:
         name -> (its row of grades.csv, its report.json, the notebook)."""
-        cmd = [sys.executable, "-m", "course_lib.cli", "grade", *map(str, subs.values()), "--out", str(out), "--jobs", "2"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "course_lib.cli",
+            "grade",
+            *map(str, subs.values()),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
         with open(out / "grades.csv", newline="") as fh:
@@ -193,7 +231,13 @@ class Chapter:
         reports = {}
         for name, path in subs.items():
             row = rows[path.resolve()]
-            folder = next(p for p in out.iterdir() if p.is_dir() and json.loads((p / "report.json").read_text()).get("submission", "") in (str(path), str(path.resolve())))
+            folder = next(
+                p
+                for p in out.iterdir()
+                if p.is_dir()
+                and json.loads((p / "report.json").read_text()).get("submission", "")
+                in (str(path), str(path.resolve()))
+            )
             reports[name] = (row, json.loads((folder / "report.json").read_text()), path)
         return reports
 
