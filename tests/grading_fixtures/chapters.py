@@ -296,7 +296,9 @@ def forbid_gaps(forbid) -> list[str]:
             continue
         with contextlib.suppress(Exception):
             top = importlib.import_module(package)
-            for info in pkgutil.walk_packages(getattr(top, "__path__", []), package + ".", onerror=lambda _: None):
+            for info in pkgutil.walk_packages(
+                getattr(top, "__path__", []), package + ".", onerror=lambda _: None
+            ):
                 if ".tests" in info.name or ".test_" in info.name or "conftest" in info.name:
                     continue  # packages' own tests (some skip themselves on import)
                 try:
