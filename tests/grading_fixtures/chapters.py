@@ -250,7 +250,14 @@ def forbidden_at_home(nb: dict, ns: dict):
     saved = []
     for dotted in nb["metadata"].get("course", {}).get("forbid", []):
         owner, attr = resolve_owner(dotted)
-        saved.append((owner, attr, getattr(owner, attr)))
+        # a class attribute is saved as stored (a staticmethod stays one: getattr would unwrap it
+        # and put back a plain function, which Python then binds as a method)
+        raw = (
+            owner.__dict__[attr]
+            if isinstance(owner, type) and attr in owner.__dict__
+            else getattr(owner, attr)
+        )
+        saved.append((owner, attr, raw))
     try:
         for cell in tagged_cells(nb, "course-forbid"):
             exec(compile(cell_source(cell), "<forbid>", "exec"), ns)
