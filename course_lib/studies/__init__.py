@@ -66,6 +66,7 @@ _MODULES = (
     "course_lib.studies.bert",
     "course_lib.studies.elmo",
     "course_lib.studies.albert",
+    "course_lib.studies.albert_shapes",
     "course_lib.studies.ar_ae",
     "course_lib.studies.xlnet",
     "course_lib.studies.transfo_xl",
