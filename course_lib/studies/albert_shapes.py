@@ -33,8 +33,9 @@ The sweep that chose the budget is kept in the results: every arm's held-out acc
 (Before this study, seed 0 of E = 64 shared reached 0.134 at step 800 of this schedule and
 0.153 at 1,600; E = 32 shared is the arm that tells whether the narrowest table catches up.)
 
-Cost: about 65 CPU-minutes per seed on one thread of a 2-core x86 machine (the two 256-wide
-arms are about 60% of it). No wall-clock times are stored.
+Each arm's model is cached under its name and seed, so a run can be stopped and resumed arm by
+arm (``COURSE_CACHE``). Cost: about 65 CPU-minutes per seed on one thread of a 2-core x86
+machine (the two 256-wide arms are about 60% of it). No wall-clock times are stored.
 """
 
 from __future__ import annotations
@@ -189,6 +190,9 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             device=device,
             seed=seed,
             progress=False,
+            # each arm's model is cached (COURSE_CACHE): a run killed part-way keeps the arms it
+            # trained, and a re-run of the same code loads them instead of training them again
+            cache_name=f"04_albert_shapes-{name}-seed{seed}{'-quick' if quick else ''}",
             **p,
         )
         draws = [evaluate_mlm(model, held, masker, seed=seed * 1000 + k) for k in range(s["mask_draws"])]
