@@ -113,6 +113,30 @@ def bilm_loss(forward_logits, backward_logits, word_ids, mask):
 """,
 }
 
+# Exercise 2 once more, as a propagation through the wiring (boolean matrix products, layer by
+# layer), the way a student who does not guess the closed form writes it.
+PROPAGATED_READS = """
+def reads(mask, n_layers, naive=False):
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
+        raise ValueError(f"n_layers must be a positive int, got {n_layers}")
+    m = mask.long()
+    real = m[:, :, None] * m[:, None, :]  # [batch, t, u]
+    tri = torch.ones(mask.shape[1], mask.shape[1], dtype=torch.long).tril()
+    read_fwd, read_bwd = tri * real, tri.T * real  # which inputs (u) the LSTM at t reads
+    deps = torch.diag_embed(m)  # layer 0: [batch, t, j]
+    fwd, bwd = deps, deps
+    layers = [(deps, deps)]
+    for layer in range(1, n_layers + 1):
+        if naive and layer >= 2:
+            both = ((fwd + bwd) > 0).long()
+            fwd, bwd = read_fwd @ both, read_bwd @ both
+        else:
+            fwd, bwd = read_fwd @ fwd, read_bwd @ bwd
+        fwd, bwd = (fwd > 0).long(), (bwd > 0).long()
+        layers.append((fwd, bwd))
+    return torch.stack([torch.stack([f, b]) for f, b in layers]) > 0
+"""
+
 # Partly correct: the scalar mix ignores do_layer_norm (loses its two layer-norm checks), reads
 # ignores the padding (the visible check's padded row says so at home; loses all three checks);
 # everything else is right.
@@ -195,6 +219,7 @@ def graded(tmp_path_factory):
         CHAPTER.submission(folder, "stub", {}, base="stub"),
         CHAPTER.submission(folder, "partial", PARTIAL),
         CHAPTER.submission(folder, "alternative", ALTERNATIVE, base="stub"),
+        CHAPTER.submission(folder, "propagated", {"reads-answer": PROPAGATED_READS}),
     ]
     reference_reads = answer_sources(SOLUTION)["reads-answer"]
     for name, (old, new, _) in READS_MISTAKES.items():
@@ -235,6 +260,8 @@ def test_correct_answers_written_differently_get_full_marks(graded):
     rows, reports = graded
     assert _failed(reports, "alternative") == set(), reports["alternative"]["checks"]
     assert rows["alternative"]["points"] == "12"
+    assert _failed(reports, "propagated") == set(), reports["propagated"]["checks"]
+    assert rows["propagated"]["points"] == "12"
 
 
 @pytest.mark.parametrize("name", list(READS_MISTAKES))
