@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..models.bert import body_of
 from ..objectives import KEPT, MASKED, RANDOM
-from ..recipes.bert import make_masker
+from ..objectives.pretraining import make_masker
 from .attention import AttentionExplorer
 
 __all__ = ["TokenRow", "MaskingDraw", "MaskingWidget", "bert_attention", "bert_attention_explorer"]
@@ -137,7 +137,7 @@ class MaskingWidget:
         k: predictions shown per chosen token.
         mask_replace_prob, random_replace_prob: the 80/10/10 split.
 
-    The masking is the recipe's (:func:`~course_lib.recipes.bert.make_masker`, kept in
+    The masking is the recipe's (:func:`~course_lib.objectives.pretraining.make_masker`, kept in
     ``.masker``). ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also
     kept in ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a
     sentence menu, an ``mlm_probability`` slider and a "redraw" button over draws precomputed
