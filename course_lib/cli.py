@@ -11,7 +11,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.book",
     "course_lib.notebooks",
     "course_lib.grading.cli",
-    "course_lib.recipes.bert",
+    "course_lib.recipes.bert_command",
     "course_lib.recipes.elmo",
     "course_lib.recipes.xlnet",
     "course_lib.recipes.transfo_xl",

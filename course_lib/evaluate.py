@@ -29,7 +29,7 @@ __all__ = ["evaluate_folder", "register", "main"]
 
 
 def _rows(model_dir: Path, documents: list, tokenizer: Any, max_len: int | None) -> dict[str, torch.Tensor]:
-    from .recipes.bert import pretraining_examples
+    from .objectives.pretraining import pretraining_examples
 
     meta_path = model_dir / "model.json"
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
@@ -56,7 +56,7 @@ def _inputs(examples: dict[str, torch.Tensor], sl: slice, device: torch.device) 
 
 @torch.no_grad()
 def _masked_lm(model, tokenizer, examples, *, seed, batch_size, pll, progress) -> dict[str, float]:
-    from .recipes.bert import make_masker
+    from .objectives.pretraining import make_masker
 
     masker = make_masker(tokenizer, mlm_probability=0.15)
     device = next(model.parameters()).device
@@ -167,8 +167,7 @@ def evaluate_folder(
     docstring); ``ValueError``/``FileNotFoundError`` with one line for what it cannot do."""
     from .data.text_files import load_documents
     from .device import get_device
-    from .recipes.bert import load_with_tokenizer
-    from .recipes.xlnet import load_pretrained_xlnet  # noqa: F401  (registers XLNet)
+    from .recipes.common import load_pretrained
 
     model_dir = Path(model_dir)
     config = model_dir / "config.json"
@@ -183,9 +182,7 @@ def evaluate_folder(
             "and XLNet (ELMo and Transformer-XL report their held-out scores when trained)"
         )
     dev = get_device(device)
-    model, tokenizer = load_with_tokenizer(
-        model_dir, "course train", default_architecture="BertForPreTraining", device=dev
-    )
+    model, tokenizer = load_pretrained(model_dir, device=dev)
     documents = load_documents(data)
     examples = _rows(model_dir, documents, tokenizer, max_len)
     if max_rows is not None:

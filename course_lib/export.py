@@ -44,9 +44,7 @@ EXPORTABLE: dict[str, tuple[str, str, str]] = {
 
 
 def _load(folder: Path) -> nn.Module:
-    from .recipes import bert as _bert  # noqa: F401  (registers the BERT-family classes)
-    from .recipes import xlnet as _xlnet  # noqa: F401
-    from .recipes.common import load_model
+    from .recipes.common import load_model  # (registers the transformer families)
 
     model, _ = load_model(
         folder, ("tokenizer.json",), "course train", default_architecture="BertForPreTraining", device="cpu"

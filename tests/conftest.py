@@ -69,6 +69,6 @@ def docs():
 @pytest.fixture(scope="module")
 def tok(docs):
     """A 300-token WordPiece tokenizer trained on ``docs`` (a test module may define its own)."""
-    from course_lib.recipes.bert import train_tokenizer
+    from course_lib.data.documents import train_tokenizer
 
     return train_tokenizer(docs, vocab_size=300)

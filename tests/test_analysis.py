@@ -91,7 +91,8 @@ def test_topic_matcher_reads_topics_and_only_guesses_on_order():
 
     from course_lib.analysis import TopicMatcher
     from course_lib.data.corpus import Document, Sentence
-    from course_lib.recipes.bert import pretraining_examples, train_tokenizer
+    from course_lib.data.documents import train_tokenizer
+    from course_lib.objectives.pretraining import pretraining_examples
 
     words = {
         "fruit": "apple pear plum fig lime kiwi".split(),

@@ -32,16 +32,13 @@ from course_lib.analysis.ar_ae import (
     sequence_log_likelihood,
 )
 from course_lib.cli import main as course_main
+from course_lib.data.documents import train_tokenizer
 from course_lib.data.tasks import name_documents, name_sentences, two_word_cities
 from course_lib.models.bert import BertConfig, BertForMaskedLM, BertLMHeadModel
 from course_lib.objectives import reverse_sequences
-from course_lib.recipes.bert import (
-    evaluate_causal_lm,
-    load_pretrained_bert,
-    pretrain_bert,
-    pretraining_examples,
-    train_tokenizer,
-)
+from course_lib.objectives.pretraining import evaluate_causal_lm, pretraining_examples
+from course_lib.recipes.bert import pretrain_bert
+from course_lib.recipes.common import load_pretrained
 
 PAD, CLS, SEP, MASK = 0, 2, 3, 4  # ids 0-4 play [PAD] [UNK] [CLS] [SEP] [MASK]
 TINY = dict(
@@ -646,6 +643,6 @@ def test_cli_trains_a_right_to_left_lm_and_records_the_direction(tmp_path):
     args = ["pretrain-bert", "--out", str(out), "--n-docs", "40", "--causal", "right-to-left"]
     args += ["--size", "tiny", "--steps", "3", "--batch-size", "4", "--max-len", "32", "--vocab-size", "300"]
     assert course_main(args) == 0
-    model, _ = load_pretrained_bert(out)
+    model, _ = load_pretrained(out)
     assert isinstance(model, BertLMHeadModel) and model.config.is_decoder
     assert json.loads((out / "model.json").read_text())["recipe"]["causal"] == "right-to-left"

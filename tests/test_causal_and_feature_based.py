@@ -11,20 +11,13 @@ import torch
 
 from course_lib.analysis import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
 from course_lib.data import topic_pairs
+from course_lib.data.documents import segment_documents, tokenize_documents
 from course_lib.data.tokenizers import special_ids
 from course_lib.models.bert import BertLMHeadModel
 from course_lib.objectives import MaskedLMData, causal_lm_loss
-from course_lib.recipes.bert import (
-    classification_accuracy,
-    evaluate_causal_lm,
-    finetune_classifier,
-    finetune_tagger,
-    make_masker,
-    pretrain_bert,
-    pretraining_examples,
-    segment_documents,
-    tokenize_documents,
-)
+from course_lib.objectives.pretraining import evaluate_causal_lm, make_masker, pretraining_examples
+from course_lib.recipes.bert import pretrain_bert
+from course_lib.recipes.finetune import classification_accuracy, finetune_classifier, finetune_tagger
 
 TINY = dict(steps=30, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
 

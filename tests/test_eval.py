@@ -36,23 +36,24 @@ def models(tmp_path_factory):
 def test_eval_agrees_with_the_recipes_own_evaluations(models):
     from course_lib.data.text_files import load_documents
     from course_lib.evaluate import _rows
-    from course_lib.recipes.bert import evaluate_causal_lm, evaluate_mlm, load_with_tokenizer, make_masker
-    from course_lib.recipes.xlnet import evaluate_plm, load_pretrained_xlnet
+    from course_lib.objectives.pretraining import evaluate_causal_lm, evaluate_mlm, make_masker
+    from course_lib.recipes.common import load_pretrained
+    from course_lib.recipes.xlnet import evaluate_plm
 
     folders, held = models
     docs = load_documents(str(held))
-    bert, tok = load_with_tokenizer(folders["bert"], "x", default_architecture="BertForPreTraining")
+    bert, tok = load_pretrained(folders["bert"])
     ours = evaluate_folder(folders["bert"], str(held), seed=3, progress=False)
     ref = evaluate_mlm(bert, _rows(folders["bert"], docs, tok, None), make_masker(tok), seed=3)
     assert ours["mlm_loss"] == pytest.approx(ref["mlm_loss"], abs=1e-5)
     assert ours["mlm_accuracy"] == pytest.approx(ref["mlm_accuracy"], abs=1e-9)
 
-    causal, tok = load_with_tokenizer(folders["causal"], "x", default_architecture="BertLMHeadModel")
+    causal, tok = load_pretrained(folders["causal"])
     ours = evaluate_folder(folders["causal"], str(held), progress=False)
     ref = evaluate_causal_lm(causal, _rows(folders["causal"], docs, tok, None))
     assert ours["lm_loss"] == pytest.approx(ref["lm_loss"], abs=1e-5)
 
-    xlnet, tok = load_pretrained_xlnet(folders["xlnet"])
+    xlnet, tok = load_pretrained(folders["xlnet"])
     ours = evaluate_folder(folders["xlnet"], str(held), seed=1, progress=False)
     ref = evaluate_plm(xlnet, _rows(folders["xlnet"], docs, tok, None), seed=1)
     assert ours["plm_loss"] == pytest.approx(ref["plm_loss"], abs=1e-5)

@@ -306,7 +306,8 @@ def test_pack_sentences_gives_one_row_per_sentence():
 
 
 def test_pretraining_examples_row_unit(docs, tok):
-    from course_lib.recipes.bert import pretraining_examples, tokenize_documents
+    from course_lib.data.documents import tokenize_documents
+    from course_lib.objectives.pretraining import pretraining_examples
 
     sentences = [s for d in tokenize_documents(docs[:5], tok) for s in d]
     rows = pretraining_examples(docs[:5], tok, max_len=64, pair_task=None, row_unit="sentence")

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from course_lib.analysis import minimal_pair_preference
+from course_lib.analysis.minimal_pairs import labelled_pairs, word_order_pairs
 from course_lib.cli import main as course_main
+from course_lib.data.documents import tokenize_documents
 from course_lib.models.bert import (
     BertForMaskedLM,
     BertForPreTraining,
@@ -18,29 +20,28 @@ from course_lib.models.bert import (
     BertForTokenClassification,
 )
 from course_lib.models.roberta import RobertaConfig, RobertaForSequenceClassification
-from course_lib.objectives import IGNORE_INDEX, MaskedLMData
-from course_lib.recipes.bert import (
+from course_lib.objectives import IGNORE_INDEX, MaskedLMData, tagging_inputs, trim_padding
+from course_lib.objectives.pretraining import (
     LengthGroupedMLMData,
-    bert_config,
-    classification_accuracy,
     evaluate_mlm,
-    finetune_classifier,
-    finetune_tagger,
-    labelled_pairs,
-    load_pretrained_bert,
     make_masker,
-    pretrain_bert,
     pretraining_data,
     pretraining_examples,
-    save_pretrained_bert,
-    tagging_accuracy,
-    tagging_inputs,
-    tokenize_documents,
-    trim_padding,
-    weights_fingerprint,
-    word_order_pairs,
 )
-from course_lib.recipes.common import MODEL_CLASSES, register_model
+from course_lib.recipes.bert import bert_config, pretrain_bert
+from course_lib.recipes.common import (
+    MODEL_CLASSES,
+    load_pretrained,
+    register_model,
+    save_pretrained,
+    weights_fingerprint,
+)
+from course_lib.recipes.finetune import (
+    classification_accuracy,
+    finetune_classifier,
+    finetune_tagger,
+    tagging_accuracy,
+)
 
 TINY = dict(steps=40, batch_size=8, max_len=32, vocab_size=300, device="cpu", progress=False)
 
@@ -439,17 +440,17 @@ def test_finetune_tagger_rejects_bad_input(pretrained):
 
 def test_save_and_load_round_trip(pretrained, tmp_path):
     model, tok, _ = pretrained
-    save_pretrained_bert(tmp_path / "m", model, tok, metadata={"note": "test"})
-    loaded, tok2 = load_pretrained_bert(tmp_path / "m")
+    save_pretrained(tmp_path / "m", model, tok, metadata={"note": "test"})
+    loaded, tok2 = load_pretrained(tmp_path / "m")
     assert isinstance(loaded, BertForPreTraining) and tok2.to_str() == tok.to_str()
     ids = torch.tensor([tok.encode("The cat sat on the mat.").ids])
     with torch.no_grad():
         assert torch.equal(loaded(ids).prediction_logits, model(ids).prediction_logits)
     assert json.loads((tmp_path / "m" / "model.json").read_text())["note"] == "test"
     with pytest.raises(FileNotFoundError, match="config.json"):
-        load_pretrained_bert(tmp_path / "nothing")
+        load_pretrained(tmp_path / "nothing")
     with pytest.raises(TypeError, match="BertForPreTraining"):
-        save_pretrained_bert(tmp_path / "x", torch.nn.Linear(2, 2), tok)
+        save_pretrained(tmp_path / "x", torch.nn.Linear(2, 2), tok)
 
 
 def test_a_new_bert_family_model_plugs_into_the_recipes_without_copying(docs, tok, tmp_path):
@@ -471,11 +472,11 @@ def test_a_new_bert_family_model_plugs_into_the_recipes_without_copying(docs, to
             **{**TINY, "steps": 3},
         )
         assert type(model) is ReluHeadMaskedLM and len(history.loss) == 3
-        save_pretrained_bert(tmp_path / "relu", model, tok2)
+        save_pretrained(tmp_path / "relu", model, tok2)
         assert (
             json.loads((tmp_path / "relu" / "config.json").read_text())["architecture"] == "ReluHeadMaskedLM"
         )
-        loaded, _ = load_pretrained_bert(tmp_path / "relu")
+        loaded, _ = load_pretrained(tmp_path / "relu")
         ids = torch.tensor([tok.encode("The cat sat on the mat.").ids])
         with torch.no_grad():
             assert type(loaded) is ReluHeadMaskedLM and torch.equal(
@@ -490,7 +491,7 @@ def test_a_new_bert_family_model_plugs_into_the_recipes_without_copying(docs, to
     finally:
         MODEL_CLASSES.pop("ReluHeadMaskedLM")
     with pytest.raises(ValueError, match="unknown architecture 'ReluHeadMaskedLM'"):
-        load_pretrained_bert(tmp_path / "relu")
+        load_pretrained(tmp_path / "relu")
 
 
 CLI_TINY = [
@@ -539,7 +540,7 @@ def test_cli_on_user_text_writes_a_checkpoint_that_loads(tmp_path, capsys):
         "config.json",
         "tokenizer.json",
     }
-    model, tok = load_pretrained_bert(out)
+    model, tok = load_pretrained(out)
     assert isinstance(model, BertForPreTraining)
     ids = tok.encode("The river was cold.").ids
     assert tok.token_to_id("[UNK]") not in ids  # the tokenizer learned this text
@@ -566,7 +567,7 @@ def test_cli_generated_corpus_without_nsp(tmp_path):
         )
         == 0
     )
-    model, _ = load_pretrained_bert(out)
+    model, _ = load_pretrained(out)
     assert isinstance(model, BertForMaskedLM)
     assert json.loads((out / "config.json").read_text())["architecture"] == "BertForMaskedLM"
 

@@ -14,6 +14,7 @@ import torch
 import course_lib.recipes.distill as distill_module
 from course_lib.cli import main as course_main
 from course_lib.data import load_documents
+from course_lib.data.documents import train_tokenizer
 from course_lib.models.bert import (
     IGNORE_INDEX,
     BertConfig,
@@ -23,18 +24,19 @@ from course_lib.models.bert import (
     body_of,
 )
 from course_lib.nn.attention import MultiHeadAttention, attention_explicit, padding_mask
+from course_lib.objectives import tagging_inputs
 from course_lib.objectives.distillation import attention_loss
-from course_lib.recipes.bert import finetune_tagger, save_pretrained_bert, tagging_inputs, train_tokenizer
+from course_lib.recipes.common import load_pretrained, save_pretrained
 from course_lib.recipes.distill import (
     METHODS,
     distill,
     distill_pretrained,
     distill_tagger,
-    load_distilled,
     model_states,
     student_config,
     tagging_rows,
 )
+from course_lib.recipes.finetune import finetune_tagger
 
 # the generated corpus's POS tags
 TAGS = tuple("ADJ ADP ADV AUX CCONJ DET NOUN NUM PART PRON PROPN PUNCT SCONJ VERB".split())
@@ -469,7 +471,7 @@ def text_and_teacher(tmp_path, mlm_teacher, tok):
     for i, seed in enumerate((2, 3)):  # 40 documents: every 20th is held out
         docs = load_documents(n_docs=20, seed=seed)
         (text / f"part{i}.txt").write_text("\n\n".join(d.text for d in docs) + "\n")
-    save_pretrained_bert(tmp_path / "teacher", mlm_teacher, tok)
+    save_pretrained(tmp_path / "teacher", mlm_teacher, tok)
     return text, tmp_path / "teacher"
 
 
@@ -481,7 +483,7 @@ def test_cli_distils_a_saved_teacher_into_a_loadable_student(text_and_teacher, t
     assert course_main([*argv, "--method", "tinybert", "--first-steps", "2"]) == 0
     printed = capsys.readouterr().out
     assert "(tinybert) for 5 steps" in printed and str(out) in printed and "held-out: mlm_accuracy" in printed
-    student, tok2 = load_distilled(out)
+    student, tok2 = load_pretrained(out)
     assert type(student) is BertForMaskedLM and not student.training
     assert (student.config.num_hidden_layers, student.config.hidden_size) == (1, 16)
     assert student.config.num_attention_heads == 2 and student.config.vocab_size == tok.get_vocab_size()

@@ -11,12 +11,10 @@ import torch
 
 from course_lib.cli import main as course_main
 from course_lib.models.transfo_xl import TransfoXLLMHeadModel, segmented_nll
-from course_lib.recipes.common import MODEL_CLASSES
+from course_lib.recipes.common import MODEL_CLASSES, load_pretrained, save_pretrained
 from course_lib.recipes.transfo_xl import (
     evaluate_transfo_xl,
-    load_pretrained_transfo_xl,
     pretrain_transfo_xl,
-    save_pretrained_transfo_xl,
     segment_loss,
     stream_rows,
     token_stream,
@@ -89,13 +87,13 @@ def test_no_memory_trains_the_same_network_without_memory(docs):
 def test_registered_and_round_trips(pretrained, tmp_path):
     model, tok, _ = pretrained
     assert MODEL_CLASSES["TransfoXLLMHeadModel"] is TransfoXLLMHeadModel
-    save_pretrained_transfo_xl(tmp_path / "m", model, tok)
-    loaded, tok2 = load_pretrained_transfo_xl(tmp_path / "m")
+    save_pretrained(tmp_path / "m", model, tok)
+    loaded, tok2 = load_pretrained(tmp_path / "m")
     assert tok2.to_str() == tok.to_str() and loaded.config == model.config
     for k, v in model.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
-    with pytest.raises(FileNotFoundError, match="course pretrain-transfo-xl"):
-        load_pretrained_transfo_xl(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="course train"):
+        load_pretrained(tmp_path / "nothing")
 
 
 def test_config_sizes_and_bad_input(docs):
@@ -141,7 +139,7 @@ def test_cli_on_user_text_writes_a_model_that_loads(tmp_path, capsys):
     assert course_main(argv) == 0
     printed = capsys.readouterr().out
     assert "pretrained a tiny Transformer-XL" in printed and str(out) in printed
-    model, tok = load_pretrained_transfo_xl(out)
+    model, tok = load_pretrained(out)
     assert isinstance(model, TransfoXLLMHeadModel) and model.config.mem_len == 8
     meta = json.loads((out / "model.json").read_text())
     assert meta["recipe"]["segments_per_row"] == 2 and len(meta["history"]["loss"]) == 3

@@ -12,13 +12,11 @@ from course_lib.cli import main as course_main
 from course_lib.models.xlnet import XLNetConfig, XLNetLMHeadModel
 from course_lib.objectives import trim_padding
 from course_lib.objectives.permutation import factorised_log_prob, sample_orders
-from course_lib.recipes.bert import pretraining_examples
-from course_lib.recipes.common import MODEL_CLASSES
+from course_lib.objectives.pretraining import pretraining_examples
+from course_lib.recipes.common import MODEL_CLASSES, load_pretrained, save_pretrained
 from course_lib.recipes.xlnet import (
     evaluate_plm,
-    load_pretrained_xlnet,
     pretrain_xlnet,
-    save_pretrained_xlnet,
     xlnet_config,
 )
 
@@ -77,13 +75,15 @@ def test_partial_prediction_scores_fewer_targets(pretrained, docs):
 def test_xlnet_is_registered_and_round_trips(pretrained, tmp_path):
     model, tok, _ = pretrained
     assert MODEL_CLASSES["XLNetLMHeadModel"] is XLNetLMHeadModel
-    save_pretrained_xlnet(tmp_path / "m", model, tok, metadata={"note": "test"})
-    loaded, tok2 = load_pretrained_xlnet(tmp_path / "m")
+    save_pretrained(tmp_path / "m", model, tok, metadata={"note": "test"})
+    loaded, tok2 = load_pretrained(tmp_path / "m")
     assert tok2.to_str() == tok.to_str() and loaded.config == model.config
     for k, v in model.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
-    with pytest.raises(FileNotFoundError, match="course pretrain-xlnet"):
-        load_pretrained_xlnet(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="course train"):
+        load_pretrained(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="'XLNetLMHeadModel' is not a kind of Linear"):
+        load_pretrained(tmp_path / "m", expected=torch.nn.Linear)
 
 
 def test_xlnet_config_sizes_match_the_bert_recipe():
@@ -122,7 +122,7 @@ def test_cli_on_user_text_writes_a_model_that_loads(tmp_path, capsys):
     assert course_main(argv) == 0
     printed = capsys.readouterr().out
     assert "pretrained a tiny XLNet" in printed and str(out) in printed
-    model, tok = load_pretrained_xlnet(out)
+    model, tok = load_pretrained(out)
     assert isinstance(model, XLNetLMHeadModel)
     assert tok.token_to_id("[UNK]") not in tok.encode("The river was cold.").ids
     meta = json.loads((out / "model.json").read_text())

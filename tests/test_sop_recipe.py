@@ -16,23 +16,21 @@ import torch
 import torch.nn.functional as F
 
 from course_lib.cli import main as course_main
+from course_lib.data.documents import segment_documents, tokenize_documents
 from course_lib.models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
 from course_lib.models.bert import BertConfig, BertForMaskedLM, BertForPreTraining
 from course_lib.objectives import PAIR_LABELS, pretraining_loss
 from course_lib.objectives.losses import PAIR_LOGITS, pair_fields
 from course_lib.objectives.pairs import SOPPairs, make_sop_pairs, pack_pairs
-from course_lib.recipes import bert as recipe
-from course_lib.recipes.bert import (
+from course_lib.objectives.pretraining import (
     evaluate_mlm,
-    load_pretrained_bert,
     make_masker,
-    pretrain_bert,
     pretraining_data,
     pretraining_examples,
-    segment_documents,
-    tokenize_documents,
 )
-from course_lib.recipes.common import MODEL_CLASSES, register_model
+from course_lib.recipes import bert as recipe
+from course_lib.recipes.bert import pretrain_bert
+from course_lib.recipes.common import MODEL_CLASSES, load_pretrained, register_model
 
 TINY = dict(steps=30, batch_size=8, max_len=32, device="cpu", progress=False)
 
@@ -401,7 +399,7 @@ def test_cli_pair_task_sop_and_architecture(tmp_path, capsys):
     meta = json.loads((out / "model.json").read_text())
     assert meta["recipe"]["pair_task"] == "sop" and meta["recipe"]["pair_unit"] == "segment"
     assert "sop_accuracy" in meta["heldout"] and "sop_loss" in meta["history"]["metrics"]
-    model, tok = load_pretrained_bert(out)
+    model, tok = load_pretrained(out)
     assert type(model) is AlbertForPreTraining and model.config.vocab_size == tok.get_vocab_size()
     # the architecture alone brings its pair task; --pair-task alone finds the registered SOP model
     arch_only = tmp_path / "arch"
@@ -439,7 +437,7 @@ def test_cli_pair_task_none_keeps_no_nsp_and_reports_mismatches(tmp_path, capsys
         course_main(["pretrain-bert", "--out", str(out), "--n-docs", "40", "--pair-task", "none", *CLI_TINY])
         == 0
     )
-    model, _ = load_pretrained_bert(out)
+    model, _ = load_pretrained(out)
     assert type(model) is BertForMaskedLM
     capsys.readouterr()
     bad = tmp_path / "bad"

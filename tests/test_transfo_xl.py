@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 import course_lib
 from course_lib.models import transfo_xl
+from course_lib.models.bert import next_token_loss
 from course_lib.models.transfo_xl import (
     TransfoXLConfig,
     TransfoXLLMHeadModel,
     TransfoXLModel,
-    next_token_loss,
     segmented_nll,
 )
 from course_lib.nn.relative import check_mems, rel_shift, relative_distances, update_memory

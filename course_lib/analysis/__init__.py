@@ -20,11 +20,11 @@ from .ar_ae import (
     sequence_log_likelihood,
 )
 from .attention import WordAttention, head_scores, word_attention
-from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy
+from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_accuracy, top_predictions
 from .distill import inference_seconds, tag_agreement, word_logits
 from .heads import coreference_pairs, dependency_pairs, head_accuracy, offset_baseline
 from .layers import encoder_word_attentions, encoder_word_vectors, layer_transitions, layer_vectors
-from .minimal_pairs import minimal_pair_preference
+from .minimal_pairs import labelled_pairs, minimal_pair_preference, word_order_pairs
 from .probes import linear_probe, normalise_layers, train_probe
 from .structural import (
     DepthProbe,
@@ -75,11 +75,14 @@ __all__ = [
     "generate_greedy",
     "generation_statistics",
     "hidden_word_accuracy",
+    "top_predictions",
     "WordAttention",
     "head_scores",
     "layer_vectors",
     "linear_probe",
     "minimal_pair_preference",
+    "word_order_pairs",
+    "labelled_pairs",
     "layer_transitions",
     "normalise_layers",
     "train_probe",

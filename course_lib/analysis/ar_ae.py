@@ -37,8 +37,8 @@ What is here:
 
 * :func:`next_token_log_probs`, :func:`sequence_log_likelihood`, :func:`perplexity`: the
   chain rule of an AR model (the perplexity is ``exp(lm_loss)`` of
-  :func:`~course_lib.recipes.bert.evaluate_causal_lm`, the recipe's metric; analysis does
-  not import recipes, so it is computed here and the tests check that the two agree).
+  :func:`~course_lib.objectives.pretraining.evaluate_causal_lm`, the recipes' held-out metric;
+  computed here from the chain rule, and the tests check that the two agree).
 * :func:`pseudo_log_likelihood` (Salazar et al., 2020): a masked LM's stand-in for
   :math:`\log p(x)`, :math:`\mathrm{PLL}(x) = \sum_t \log p(x_t \mid x_{\setminus t})`, each
   token masked alone. It is *not* a normalised log-probability.
@@ -235,7 +235,7 @@ def perplexity(causal_model: nn.Module, input_ids: Tensor, attention_mask: Tenso
     r""":math:`\exp\big(-\frac{1}{N}\sum \log p(x_t \mid x_{<t})\big)` over the :math:`N` real
     tokens after the first of every sequence in the batch (a per-token mean over the whole
     batch, not a mean of per-sequence perplexities): ``exp(lm_loss)`` of
-    :func:`~course_lib.recipes.bert.evaluate_causal_lm`."""
+    :func:`~course_lib.objectives.pretraining.evaluate_causal_lm`."""
     _need_causal(causal_model, "perplexity")
     _, _, lengths = _batch(causal_model, input_ids, attention_mask)
     n_predicted = int((lengths - 1).sum())

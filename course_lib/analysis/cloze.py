@@ -10,20 +10,22 @@ and text written one token at a time.
   from the positions before it.
 * :func:`generate_greedy`: a left-to-right model writes the most likely next token; a masked
   LM is made to do the same by appending ``[MASK]`` and filling it, one token at a time.
+* :func:`top_predictions`: the most probable tokens a masked LM puts at chosen positions.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from ..data.tokenizers import special_ids
+from ..objectives.pretraining import mlm_logits
 from ..train import model_device
 
-__all__ = ["SIDES", "hidden_word_accuracy", "generate_greedy", "generation_statistics"]
+__all__ = ["SIDES", "hidden_word_accuracy", "generate_greedy", "generation_statistics", "top_predictions"]
 
 SIDES = ("both sides visible", "right side hidden", "left side hidden")
 
@@ -128,3 +130,32 @@ def generation_statistics(continuations: Sequence[str]) -> dict[str, float]:
         "distinct_share": sum(len(set(w)) for w in words) / total,
         "repeat_share": sum(sum(a == b for a, b in zip(w, w[1:])) for w in words) / total,
     }
+
+
+@torch.no_grad()
+def top_predictions(
+    model: nn.Module,
+    tokenizer,
+    inputs: Mapping[str, Tensor],
+    positions: Sequence[int],
+    *,
+    k: int = 5,
+    row: int = 0,
+) -> list[list[tuple[str, float]]]:
+    """The ``k`` most probable tokens (with probabilities) at each of ``positions`` of row ``row``."""
+    device = model_device(model)
+    kwargs = {
+        key: v[row : row + 1].to(device)
+        for key, v in inputs.items()
+        if key in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    was_training = model.training
+    model.eval()
+    logits = mlm_logits(model, **kwargs)[0]
+    model.train(was_training)
+    out = []
+    for pos in positions:
+        p = torch.softmax(logits[pos].float(), -1)
+        top = p.topk(k)
+        out.append([(tokenizer.id_to_token(int(i)), float(v)) for v, i in zip(top.values, top.indices)])
+    return out

@@ -3,21 +3,23 @@ r"""Minimal pairs: which of two sentences that differ in a few tokens a masked L
 :func:`minimal_pair_preference` scores each pair without any fine-tuning: the differing
 positions are masked in one shared input and the two fillings' log-probabilities compared
 (Goldberg 2019's test of subject-verb agreement, generalised). Chapter 3 runs it on word-order
-pairs (:func:`~course_lib.recipes.bert.word_order_pairs`) and agreement pairs
+pairs (:func:`word_order_pairs`) and agreement pairs
 (:func:`~course_lib.data.agreement_pairs`).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from ..data import special_ids
+from ..data import detokenize, special_ids
 from ..train import model_device
 
-__all__ = ["minimal_pair_preference"]
+__all__ = ["minimal_pair_preference", "word_order_pairs", "labelled_pairs"]
 
 
 @torch.no_grad()
@@ -64,3 +66,31 @@ def minimal_pair_preference(
         wins += int((score_g > score_b).sum())
     model.train(was_training)
     return wins / len(masked), len(masked)
+
+
+def word_order_pairs(sentences: Sequence[Any], *, seed: int = 0) -> list[tuple[str, str]]:
+    """``(original, corrupted)`` minimal pairs: two adjacent words of each sentence swapped.
+
+    ``sentences``: Sentence objects or token lists (the final punctuation mark stays in
+    place; sentences with fewer than three words before it are skipped). A word-order
+    acceptability task in the spirit of CoLA, built from any text.
+    """
+    rng = random.Random(seed)
+    out = []
+    for s in sentences:
+        toks = list(s.tokens if hasattr(s, "tokens") else s)
+        body, end = (toks[:-1], toks[-1:]) if toks and not any(c.isalnum() for c in toks[-1]) else (toks, [])
+        candidates = [i for i in range(len(body) - 1) if body[i].lower() != body[i + 1].lower()]
+        if len(body) < 3 or not candidates:
+            continue
+        i = rng.choice(candidates)
+        bad = body[:i] + [body[i + 1], body[i]] + body[i + 2 :]
+        out.append((detokenize(body + end), detokenize(bad + end)))
+    return out
+
+
+def labelled_pairs(pairs: Sequence[tuple[str, str]], *, seed: int = 0) -> list[tuple[str, int]]:
+    """Minimal pairs -> shuffled ``(text, label)`` items: 1 for the first member, 0 for the second."""
+    items = [(good, 1) for good, _ in pairs] + [(bad, 0) for _, bad in pairs]
+    random.Random(seed).shuffle(items)
+    return items

@@ -96,6 +96,7 @@ __all__ = [
     "BertForTokenClassification",
     "body_of",
     "masked_lm_loss",
+    "next_token_loss",
     "IGNORE_INDEX",
     "check_inputs",
 ]
@@ -708,7 +709,7 @@ class BertLMHeadModel(_WithMLMHead):
                 raise ValueError(
                     f"labels of shape {tuple(labels.shape)} do not match the input {tuple(logits.shape)[:-1]}"
                 )
-            loss = masked_lm_loss(logits[:, :-1], labels[:, 1:])
+            loss = next_token_loss(logits, labels)
         return self._output(CausalLMOutput, out, loss=loss, logits=logits)
 
 
@@ -795,6 +796,28 @@ def masked_lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     labels = labels.reshape(-1)
     total = F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def next_token_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy of ``logits[:, t]`` against ``labels[:, t + 1]`` over the labels that
+    are not ``-100`` (labels are the input ids; the shift happens here). 0 when none counts.
+
+    Computed in at least float32 (half-precision logits are upcast, float64 ones kept).
+    """
+    if labels.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"labels of shape {tuple(labels.shape)} must have the input's shape {tuple(logits.shape)[:-1]} "
+            "(they are the input ids, shifted inside the model)"
+        )
+    logits, labels = logits[:, :-1], labels[:, 1:].reshape(-1)
+    logits = logits.reshape(-1, logits.size(-1))
+    total = F.cross_entropy(
+        logits.to(torch.promote_types(logits.dtype, torch.float32)),
+        labels,
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
     )
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 

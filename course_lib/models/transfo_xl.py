@@ -116,13 +116,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, attention, causal_mask
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import IGNORE_INDEX, TiedLMHeadModel, _count_parameters, _init_bert_weights
+from .bert import TiedLMHeadModel, _count_parameters, _init_bert_weights, next_token_loss
 from .hf import ModelOutput
 
 __all__ = [
@@ -133,7 +132,6 @@ __all__ = [
     "TransfoXLLayer",
     "TransfoXLModel",
     "TransfoXLLMHeadModel",
-    "next_token_loss",
     "segment_token_nll",
     "segmented_nll",
 ]
@@ -470,28 +468,6 @@ class TransfoXLModel(nn.Module):
         )
 
 
-def next_token_loss(logits: Tensor, labels: Tensor) -> Tensor:
-    """Mean cross-entropy of ``logits[:, t]`` against ``labels[:, t + 1]`` over the labels that
-    are not ``-100`` (labels are the input ids; the shift happens here). 0 when none counts.
-
-    Computed in at least float32 (half-precision logits are upcast, float64 ones kept).
-    """
-    if labels.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"labels of shape {tuple(labels.shape)} must have the input's shape {tuple(logits.shape)[:-1]} "
-            "(they are the input ids, shifted inside the model)"
-        )
-    logits, labels = logits[:, :-1], labels[:, 1:].reshape(-1)
-    logits = logits.reshape(-1, logits.size(-1))
-    total = F.cross_entropy(
-        logits.to(torch.promote_types(logits.dtype, torch.float32)),
-        labels,
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
-    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
-
-
 class TransfoXLLMHeadModel(TiedLMHeadModel):
     r"""Transformer-XL with its language-model head: :math:`\mathrm{logits} = h\, W_e^\top + b`,
     a plain softmax over the whole vocabulary (the paper's adaptive softmax is not
@@ -500,9 +476,9 @@ class TransfoXLLMHeadModel(TiedLMHeadModel):
     ``forward(input_ids, mems=None, *, labels=None, mem_len=None, ...)`` returns a
     :class:`TransfoXLLMHeadModelOutput`. ``labels`` ``[batch, seq_len]`` are the input ids
     (``-100``: no loss); ``logits[:, t]`` predicts token ``t + 1`` and the loss is the mean
-    next-token cross-entropy inside the segment (:func:`next_token_loss`). The segment's last
-    position predicts the first token of the next segment, which the loss cannot see; use
-    :func:`segmented_nll` to score every token of a long text.
+    next-token cross-entropy inside the segment (:func:`~course_lib.models.bert.next_token_loss`).
+    The segment's last position predicts the first token of the next segment, which the loss
+    cannot see; use :func:`segmented_nll` to score every token of a long text.
     """
 
     config_class = TransfoXLConfig

@@ -1,7 +1,7 @@
 """What every recipe shares: the registry of model classes, the checks and the cached training
 run of a recipe, the skeleton of its command line (``course <command>``: options, run,
 report), the metadata stored with a trained model, and saving and loading a model folder by
-its registered class. Used by :mod:`course_lib.recipes.elmo` and :mod:`course_lib.recipes.bert`.
+its registered class. Used by every recipe.
 
 **The registry.** A recipe builds, saves and loads models by class *name*:
 :func:`register_model` makes a class known (``MODEL_CLASSES[name] = cls``), a saved folder
@@ -22,13 +22,20 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
 from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..data.documents import sentence_texts
 from ..device import get_device
+from ..models.albert import AlbertForMaskedLM, AlbertForPreTraining
+from ..models.bert import BertForMaskedLM, BertForPreTraining, BertLMHeadModel
+from ..models.roberta import RobertaForMaskedLM
+from ..models.transfo_xl import TransfoXLLMHeadModel
+from ..models.xlnet import XLNetLMHeadModel
 from ..train import PRECISIONS, SCHEDULES, History, RunOptions, training_run
 
 __all__ = [
@@ -55,6 +62,15 @@ __all__ = [
     "save_model",
     "load_model",
     "module_main",
+    "SIZES",
+    "DEFAULT_LR",
+    "documents_fingerprint",
+    "tokenizer_fingerprint",
+    "weights_fingerprint",
+    "data_spec",
+    "PretrainedModel",
+    "save_pretrained",
+    "load_pretrained",
 ]
 
 # class name -> class: what the recipes can build, save and load
@@ -74,6 +90,22 @@ def register_model(cls: type[nn.Module]) -> type[nn.Module]:
         raise TypeError(f"{name} has no config_class: the recipes could not rebuild its configuration")
     MODEL_CLASSES[name] = cls
     return cls
+
+
+# the transformer families the recipes build, save and load (ELMo registers its own class in
+# recipes/elmo.py: its folders hold a vocabulary, not a tokenizer)
+for _cls in (
+    BertForPreTraining,
+    BertForMaskedLM,
+    BertLMHeadModel,
+    RobertaForMaskedLM,
+    AlbertForPreTraining,
+    AlbertForMaskedLM,
+    XLNetLMHeadModel,
+    TransfoXLLMHeadModel,
+):
+    register_model(_cls)
+del _cls
 
 
 def registered_class(name: str) -> type[nn.Module]:
@@ -487,3 +519,89 @@ def module_main(register: Callable[[Any], None], command: str, module: str, argv
     register(sub)
     args = parser.parse_args([command, *(sys.argv[1:] if argv is None else argv)])
     return int(args.func(args) or 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Model sizes, fingerprints of a run's inputs, pretrained-model folders
+# ---------------------------------------------------------------------------------------
+
+
+# Model shapes by name. "small" is the chapter's model; "base-like" is BERT-base's shape.
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),  # tests: milliseconds per step
+    "small": dict(d_model=128, n_heads=4, n_layers=2, d_ff=512),  # the chapter, on a CPU
+    "medium": dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024),  # a laptop GPU, minutes
+    "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
+}
+
+
+DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates
+
+
+def documents_fingerprint(documents: Sequence[Any]) -> str:
+    """A short hash of the documents' sentences (changes when the training text changes)."""
+    return fingerprint(part for d in documents for part in ("\n".join(sentence_texts(d)).encode(), b"\x00"))
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    return fingerprint([tokenizer.to_str().encode()])
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's weights (e.g. to key a fine-tuning run on the pretrained body)."""
+    return fingerprint(
+        part
+        for name, t in sorted(model.state_dict().items())
+        for part in (name.encode(), t.detach().float().cpu().contiguous().numpy().tobytes())
+    )
+
+
+def data_spec(
+    train_docs: Sequence[Any], held_docs: Sequence[Any], tokenizer, init: nn.Module | None
+) -> dict[str, Any]:
+    """The part of a recipe's cache key that every recipe shares: fingerprints of the training
+    and held-out documents, of the tokenizer and of the starting weights."""
+    return dict(
+        documents=documents_fingerprint(train_docs),
+        heldout=documents_fingerprint(held_docs) if held_docs else None,
+        tokenizer=tokenizer_fingerprint(tokenizer),
+        init=weights_fingerprint(init) if init is not None else None,
+    )
+
+
+class PretrainedModel(NamedTuple):
+    """What a pretraining recipe returns (unpacks as ``model, tokenizer, history``):
+    :func:`~course_lib.recipes.bert.pretrain_bert`, ``pretrain_xlnet``, ``pretrain_transfo_xl``."""
+
+    model: nn.Module  # the trained model of the recipe's (registered) class; eval mode
+    tokenizer: Any  # the tokenizers.Tokenizer the model reads
+    history: History  # losses per step; evals["mlm_accuracy"] etc. on held-out documents
+
+
+def save_pretrained(
+    out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None
+) -> Path:
+    """Write ``model.safetensors`` (+ ``model.json``), ``config.json`` and ``tokenizer.json``
+    into ``out_dir``, each atomically. Returns the folder."""
+    return save_model(out_dir, model, {"tokenizer.json": tokenizer.to_str()}, metadata=metadata)
+
+
+def load_pretrained(
+    path: Path | str,
+    *,
+    expected: type[nn.Module] = nn.Module,
+    device: torch.device | str | None = None,
+) -> tuple[nn.Module, Any]:
+    """``(model in eval mode, tokenizer)`` of a folder written by :func:`save_pretrained` (``course
+    train``): the class is the registered one its ``config.json`` names (:func:`load_model`;
+    ``BertForPreTraining`` when it names none) and must be a kind of ``expected``, plus
+    ``tokenizer.json``."""
+    model, folder = load_model(
+        path,
+        ("tokenizer.json",),
+        "course train",
+        default_architecture="BertForPreTraining",
+        expected=expected,
+        device=device,
+    )
+    return model, Tokenizer.from_file(str(folder / "tokenizer.json"))

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data import load_documents
+from ..data.documents import split_documents
 from ..models.bert import (
     IGNORE_INDEX,
     BertConfig,
@@ -53,6 +54,7 @@ from ..models.bert import (
     body_of,
     masked_lm_loss,
 )
+from ..objectives import tagging_inputs
 from ..objectives.distillation import (
     HintRegressor,
     attention_loss,
@@ -63,33 +65,23 @@ from ..objectives.distillation import (
     soft_weight,
     uniform_layer_map,
 )
+from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
 from ..train import History, current_step, fit, model_device
-from .bert import (
-    _check_labels,
-    _split_tagged,
-    _start_model,
-    evaluate_mlm,
-    load_pretrained_bert,
-    make_masker,
-    pretraining_examples,
-    save_pretrained_bert,
-    shuffled_batches,
-    split_documents,
-    tagging_accuracy,
-    tagging_inputs,
-    weights_fingerprint,
-)
 from .common import (
     TrainingOptions,
     add_recipe_command,
     fingerprint,
+    load_pretrained,
     module_main,
     positive,
     require_positive,
     run_recipe,
+    save_pretrained,
     train_cached,
     training_arguments,
+    weights_fingerprint,
 )
+from .finetune import check_labels, shuffled_batches, split_tagged, start_model, tagging_accuracy
 
 __all__ = [
     "METHODS",
@@ -102,7 +94,6 @@ __all__ = [
     "tagging_rows",
     "distill_tagger",
     "distill_pretrained",
-    "load_distilled",
 ]
 
 # method -> its stages, in order (the first stage of "hints" and "tinybert" prepares the student)
@@ -416,7 +407,7 @@ def distill(
     teacher_cfg = teacher.config
     changes = {"num_labels": teacher_cfg.num_labels} if hasattr(teacher_cfg, "num_labels") else {}
     start = student
-    student_model, _ = _start_model(student, type(teacher), seed, device, **changes)
+    student_model, _ = start_model(student, type(teacher), seed, device, **changes)
     joint = method == "joint"
     teacher_model = copy.deepcopy(teacher).to(device) if joint else teacher.to(device)
     run = Distiller(student_model, teacher_model, joint=joint).to(device)
@@ -507,7 +498,7 @@ def tagging_rows(
     """Rows for :func:`distill` from tagged sentences ``(words, tag ids)`` and untagged ones
     (word lists, labels ``-100``): :func:`~course_lib.objectives.tagging.tagging_inputs` with
     ``positions`` = each word's first piece (where a tag is predicted)."""
-    words, tags = _split_tagged(labelled, "labelled") if labelled else ([], [])
+    words, tags = split_tagged(labelled, "labelled") if labelled else ([], [])
     extra = [[str(w) for w in ws] for ws in unlabelled]
     if any(not ws for ws in extra) or any(isinstance(ws, str) for ws in unlabelled):
         raise ValueError("unlabelled sentences must be non-empty lists of words")
@@ -538,8 +529,8 @@ def distill_tagger(
     :func:`distill`."""
     if not isinstance(teacher, BertForTokenClassification):
         raise TypeError(f"distill_tagger distils a BertForTokenClassification, got {type(teacher).__name__}")
-    words, tags = _split_tagged(train_items, "train_items")
-    _check_labels(
+    words, tags = split_tagged(train_items, "train_items")
+    check_labels(
         min(t for ts in tags for t in ts),
         max(t for ts in tags for t in ts),
         teacher.config.num_labels,
@@ -651,12 +642,6 @@ def distill_pretrained(
     )
 
 
-def load_distilled(path, *, device: torch.device | str | None = None) -> tuple[nn.Module, Any]:
-    """Read what ``course distill`` wrote: ``(student, tokenizer)``, eval mode (the same
-    folder format as ``course pretrain-bert``'s)."""
-    return load_pretrained_bert(path, device=device)
-
-
 # ---------------------------------------------------------------------------------------
 # Command line: course distill
 # ---------------------------------------------------------------------------------------
@@ -666,7 +651,7 @@ def _cmd(args: argparse.Namespace) -> int:
     loaded: dict[str, Any] = {}
 
     def train(documents: list, device: torch.device) -> Distilled:
-        teacher, tokenizer = load_pretrained_bert(args.teacher, device=device)
+        teacher, tokenizer = load_pretrained(args.teacher, device=device)
         loaded.update(teacher=teacher, tokenizer=tokenizer)
         config = student_config(
             teacher.config,
@@ -707,10 +692,10 @@ def _cmd(args: argparse.Namespace) -> int:
         "distill",
         read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
         train=run_train,
-        save=save_pretrained_bert,
+        save=save_pretrained,
         summary=summary,
         held_back="documents",
-        loader="course_lib.recipes.distill.load_distilled",
+        loader="course_lib.recipes.common.load_pretrained",
     )
 
 

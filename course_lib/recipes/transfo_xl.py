@@ -27,7 +27,7 @@ Command line::
         [--max-len 32 (tokens per segment)] [--segments-per-row 4] [--mem-len 32] [--device cuda]
 
 writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
-``DIR/tokenizer.json``; :func:`load_pretrained_transfo_xl` reads them back.
+``DIR/tokenizer.json``; :func:`~course_lib.recipes.common.load_pretrained` reads them back.
 
 Not here: the paper's adaptive softmax and adaptive inputs (a plain tied softmax instead,
 :mod:`course_lib.models.transfo_xl`). Evaluating with a longer memory than in training, as the
@@ -39,40 +39,31 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
+from ..data.documents import split_documents, tokenize_documents, train_tokenizer
 from ..device import get_device, seed_everything
 from ..models.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel, segment_token_nll, segmented_nll
 from ..train import History, fit, model_device
-from .bert import (
+from .common import (
     DEFAULT_LR,
     SIZES,
-    PretrainedBert,
-    data_spec,
-    load_with_tokenizer,
-    save_pretrained_bert,
-    split_documents,
-    tokenize_documents,
-    train_tokenizer,
-)
-from .common import (
+    PretrainedModel,
     TrainingOptions,
     add_recipe_command,
+    data_spec,
     module_main,
     positive,
-    register_model,
     require_positive,
     run_recipe,
+    save_pretrained,
     train_cached,
     training_arguments,
 )
-
-register_model(TransfoXLLMHeadModel)
 
 __all__ = [
     "transfo_xl_config",
@@ -81,8 +72,6 @@ __all__ = [
     "segment_loss",
     "evaluate_transfo_xl",
     "pretrain_transfo_xl",
-    "save_pretrained_transfo_xl",
-    "load_pretrained_transfo_xl",
     "register",
     "main",
 ]
@@ -90,7 +79,7 @@ __all__ = [
 
 def transfo_xl_config(size: str, *, vocab_size: int, mem_len: int, dropout: float = 0.1) -> TransfoXLConfig:
     """A :class:`~course_lib.models.transfo_xl.TransfoXLConfig` of the shape called ``size`` in
-    :data:`~course_lib.recipes.bert.SIZES` (the course's shapes for every recipe)."""
+    :data:`~course_lib.recipes.common.SIZES` (the course's shapes for every recipe)."""
     if size not in SIZES:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
     return TransfoXLConfig(vocab_size=vocab_size, **SIZES[size], mem_len=mem_len, dropout=dropout)
@@ -156,12 +145,12 @@ def pretrain_transfo_xl(
     device: torch.device | str | None = None,
     cache_name: str | None = None,
     progress: bool | None = None,
-) -> PretrainedBert:
+) -> PretrainedModel:
     """Pretrain a :class:`~course_lib.models.transfo_xl.TransfoXLLMHeadModel` on ``documents``
     with segment-level recurrence; returns ``(model, tokenizer, history)``.
 
     Args:
-        config: a :class:`TransfoXLConfig` or a size name of :data:`~course_lib.recipes.bert.SIZES`;
+        config: a :class:`TransfoXLConfig` or a size name of :data:`~course_lib.recipes.common.SIZES`;
             its ``vocab_size`` and ``mem_len`` are set from the tokenizer and ``mem_len``.
         segment_len, segments_per_row: a row is ``segments_per_row`` consecutive segments of
             ``segment_len`` tokens of the stream, read in order with the memory carried.
@@ -259,28 +248,7 @@ def pretrain_transfo_xl(
         )
 
     history = train_cached(cache_name, model, spec, train)
-    return PretrainedBert(model, tokenizer, history)
-
-
-def save_pretrained_transfo_xl(
-    out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None
-) -> Path:
-    """Write the model folder (as :func:`~course_lib.recipes.bert.save_pretrained_bert`)."""
-    return save_pretrained_bert(out_dir, model, tokenizer, metadata=metadata)
-
-
-def load_pretrained_transfo_xl(
-    path: Path | str, *, device: torch.device | str | None = None
-) -> tuple[nn.Module, Any]:
-    """Read what :func:`save_pretrained_transfo_xl` (or ``course pretrain-transfo-xl``) wrote:
-    ``(model, tokenizer)``, eval mode."""
-    return load_with_tokenizer(
-        path,
-        "course pretrain-transfo-xl",
-        default_architecture="TransfoXLLMHeadModel",
-        expected=TransfoXLLMHeadModel,
-        device=device,
-    )
+    return PretrainedModel(model, tokenizer, history)
 
 
 # ---------------------------------------------------------------------------------------
@@ -289,7 +257,7 @@ def load_pretrained_transfo_xl(
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    def train(documents: list, device: torch.device) -> PretrainedBert:
+    def train(documents: list, device: torch.device) -> PretrainedModel:
         kwargs = training_arguments(args)
         segment_len = kwargs.pop("max_len")  # --max-len is the segment's length
         return pretrain_transfo_xl(
@@ -317,10 +285,10 @@ def _cmd(args: argparse.Namespace) -> int:
         "pretrain-transfo-xl",
         read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
         train=train,
-        save=save_pretrained_transfo_xl,
+        save=save_pretrained,
         summary=summary,
         held_back="documents",
-        loader="course_lib.recipes.transfo_xl.load_pretrained_transfo_xl",
+        loader="course_lib.recipes.common.load_pretrained",
     )
 
 

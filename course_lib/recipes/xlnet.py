@@ -1,7 +1,7 @@
 r"""Pretraining XLNet with the permutation language model: the recipe chapter 6 runs and
 ``course pretrain-xlnet`` runs.
 
-The data are BERT's (:func:`~course_lib.recipes.bert.pretraining_examples` without a pair
+The data are BERT's (:func:`~course_lib.objectives.pretraining.pretraining_examples` without a pair
 task: one sentence per row by default, or full-sentence blocks), the tokenizer is trained the
 same way, and the loop is the shared :func:`~course_lib.train.fit`; only the objective differs
 (Yang et al., 2019, §2.2-2.3, :mod:`course_lib.objectives.permutation`). Every step draws a
@@ -24,7 +24,7 @@ Command line::
         [--K 6 | --n-predict N] [--row-unit sentence|block]
 
 writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
-``DIR/tokenizer.json``; :func:`load_pretrained_xlnet` reads them back.
+``DIR/tokenizer.json``; :func:`~course_lib.recipes.common.load_pretrained` reads them back.
 
 Not here (see the chapter's "paper vs ours"): XLNet's two-segment inputs with memory during
 pretraining, span-based target choice, ``bi_data`` and SentencePiece.
@@ -37,7 +37,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,45 +44,34 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
+from ..data.documents import split_documents, train_tokenizer
 from ..device import get_device, seed_everything
 from ..models.bert import IGNORE_INDEX
 from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 from ..objectives import trim_padding
 from ..objectives.permutation import plm_batch, plm_loss
+from ..objectives.pretraining import ROW_UNITS, pretraining_data, pretraining_examples
 from ..train import History, evaluating, fit, model_device
-from .bert import (
-    DEFAULT_LR,
-    ROW_UNITS,
-    SIZES,
-    PretrainedBert,
-    data_spec,
-    load_with_tokenizer,
-    pretraining_data,
-    pretraining_examples,
-    save_pretrained_bert,
-    split_documents,
-    train_tokenizer,
-)
 from .common import (
+    DEFAULT_LR,
+    SIZES,
+    PretrainedModel,
     TrainingOptions,
     add_recipe_command,
+    data_spec,
     module_main,
     positive,
-    register_model,
     require_positive,
     run_recipe,
+    save_pretrained,
     train_cached,
     training_arguments,
 )
-
-register_model(XLNetLMHeadModel)
 
 __all__ = [
     "xlnet_config",
     "evaluate_plm",
     "pretrain_xlnet",
-    "save_pretrained_xlnet",
-    "load_pretrained_xlnet",
     "register",
     "main",
 ]
@@ -93,7 +81,7 @@ DEFAULT_K = 6  # the paper's partial prediction: the last 1/K of each order are 
 
 def xlnet_config(size: str, *, vocab_size: int, pad_id: int, dropout: float = 0.1) -> XLNetConfig:
     """An :class:`~course_lib.models.xlnet.XLNetConfig` of the shape called ``size`` in
-    :data:`~course_lib.recipes.bert.SIZES` (the same shapes as the BERT recipe, so the two
+    :data:`~course_lib.recipes.common.SIZES` (the same shapes as the BERT recipe, so the two
     objectives train the same amount of network). Relative positions need no maximum length;
     no memory is kept (the recipe trains on single segments)."""
     if size not in SIZES:
@@ -179,12 +167,12 @@ def pretrain_xlnet(
     device: torch.device | str | None = None,
     cache_name: str | None = None,
     progress: bool | None = None,
-) -> PretrainedBert:
+) -> PretrainedModel:
     """Pretrain an :class:`~course_lib.models.xlnet.XLNetLMHeadModel` from scratch with the
     permutation LM on ``documents``; returns ``(model, tokenizer, history)``.
 
     Args:
-        config: an :class:`XLNetConfig` or a size name of :data:`~course_lib.recipes.bert.SIZES`
+        config: an :class:`XLNetConfig` or a size name of :data:`~course_lib.recipes.common.SIZES`
             (:func:`xlnet_config`); its ``vocab_size`` and ``pad_token_id`` are set from the
             tokenizer.
         documents: Document objects or lists of sentence strings; ``None`` reads
@@ -279,28 +267,7 @@ def pretrain_xlnet(
         )
 
     history = train_cached(cache_name, model, spec, train)
-    return PretrainedBert(model, tokenizer, history)
-
-
-def save_pretrained_xlnet(
-    out_dir: Path | str, model: nn.Module, tokenizer, *, metadata: Mapping[str, Any] | None = None
-) -> Path:
-    """Write the model folder (as :func:`~course_lib.recipes.bert.save_pretrained_bert`)."""
-    return save_pretrained_bert(out_dir, model, tokenizer, metadata=metadata)
-
-
-def load_pretrained_xlnet(
-    path: Path | str, *, device: torch.device | str | None = None
-) -> tuple[nn.Module, Any]:
-    """Read what :func:`save_pretrained_xlnet` (or ``course pretrain-xlnet``) wrote:
-    ``(model, tokenizer)``, eval mode."""
-    return load_with_tokenizer(
-        path,
-        "course pretrain-xlnet",
-        default_architecture="XLNetLMHeadModel",
-        expected=XLNetLMHeadModel,
-        device=device,
-    )
+    return PretrainedModel(model, tokenizer, history)
 
 
 # ---------------------------------------------------------------------------------------
@@ -309,7 +276,7 @@ def load_pretrained_xlnet(
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    def train(documents: list, device: torch.device) -> PretrainedBert:
+    def train(documents: list, device: torch.device) -> PretrainedModel:
         return pretrain_xlnet(
             args.size,
             documents,
@@ -334,10 +301,10 @@ def _cmd(args: argparse.Namespace) -> int:
         "pretrain-xlnet",
         read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
         train=train,
-        save=save_pretrained_xlnet,
+        save=save_pretrained,
         summary=summary,
         held_back="documents",
-        loader="course_lib.recipes.xlnet.load_pretrained_xlnet",
+        loader="course_lib.recipes.common.load_pretrained",
     )
 
 

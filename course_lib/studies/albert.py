@@ -31,19 +31,14 @@ from typing import Any
 
 from ..analysis.layers import layer_transitions
 from ..data import load_documents
+from ..data.documents import split_documents, train_tokenizer
 from ..data.tasks import nsp_pairs, sop_pairs
 from ..device import get_device
 from ..models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
 from ..models.sizes import parameter_breakdown
-from ..recipes.bert import (
-    evaluate_mlm,
-    finetune_classifier,
-    make_masker,
-    pretrain_bert,
-    pretraining_examples,
-    split_documents,
-    train_tokenizer,
-)
+from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
+from ..recipes.bert import pretrain_bert
+from ..recipes.finetune import finetune_classifier
 from . import Study, register_study
 
 SETTINGS: dict[str, Any] = dict(

@@ -59,18 +59,13 @@ from ..analysis.ar_ae import (
 )
 from ..analysis.cloze import generation_statistics
 from ..data import load_documents
+from ..data.documents import split_documents, train_tokenizer
 from ..data.tasks import agreement_pairs, name_documents, name_sentences, two_word_cities
 from ..data.tokenizers import special_ids
 from ..device import get_device
 from ..objectives.pairs import collate, reverse_sequences
-from ..recipes.bert import (
-    bert_config,
-    evaluate_causal_lm,
-    pretrain_bert,
-    pretraining_examples,
-    split_documents,
-    train_tokenizer,
-)
+from ..objectives.pretraining import evaluate_causal_lm, pretraining_examples
+from ..recipes.bert import bert_config, pretrain_bert
 from . import Study, register_study
 
 SETTINGS: dict[str, Any] = dict(

@@ -22,20 +22,11 @@ from typing import Any
 
 from ..analysis.cloze import generate_greedy, generation_statistics, hidden_word_accuracy
 from ..data import generate_corpus, load_documents, topic_pairs
+from ..data.documents import segment_documents, split_documents, train_tokenizer
 from ..device import get_device
-from ..recipes.bert import (
-    bert_config,
-    evaluate_causal_lm,
-    evaluate_mlm,
-    finetune_classifier,
-    finetune_tagger,
-    make_masker,
-    pretrain_bert,
-    pretraining_examples,
-    segment_documents,
-    split_documents,
-    train_tokenizer,
-)
+from ..objectives.pretraining import evaluate_causal_lm, evaluate_mlm, make_masker, pretraining_examples
+from ..recipes.bert import bert_config, pretrain_bert
+from ..recipes.finetune import finetune_classifier, finetune_tagger
 from . import Study, register_study
 
 SETTINGS: dict[str, Any] = dict(

@@ -36,17 +36,12 @@ from typing import Any
 
 from ..analysis.distill import tag_agreement
 from ..data import generate_corpus, load_documents
+from ..data.documents import split_documents, train_tokenizer
 from ..device import get_device
 from ..models.bert import BertForTokenClassification, init_from_teacher
-from ..recipes.bert import (
-    bert_config,
-    finetune_tagger,
-    pretrain_bert,
-    split_documents,
-    tagging_accuracy,
-    train_tokenizer,
-)
+from ..recipes.bert import bert_config, pretrain_bert
 from ..recipes.distill import distill_pretrained, distill_tagger, student_config
+from ..recipes.finetune import finetune_tagger, tagging_accuracy
 from . import Study, register_study
 
 SETTINGS: dict[str, Any] = dict(

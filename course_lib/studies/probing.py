@@ -14,10 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..data import generate_corpus, load_documents
+from ..data.documents import split_documents, train_tokenizer
 from ..device import seed_everything
 from ..models.bert import BertModel, body_of
 from ..pretrained import load_minilm
-from ..recipes.bert import bert_config, pretrain_bert, split_documents, train_tokenizer
+from ..recipes.bert import bert_config, pretrain_bert
 from .distill import SETTINGS as DISTILL_SETTINGS
 
 SETTINGS: dict[str, Any] = dict(

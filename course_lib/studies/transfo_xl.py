@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from ..data import load_documents
+from ..data.documents import split_documents, train_tokenizer
 from ..device import get_device
 from ..models.transfo_xl import segment_token_nll, segmented_nll
-from ..recipes.bert import split_documents, train_tokenizer
 from ..recipes.transfo_xl import pretrain_transfo_xl, stream_rows, token_stream, transfo_xl_config
 from . import Study, register_study
 from .ar_ae import QUICK as AR_AE_QUICK

@@ -39,12 +39,13 @@ import torch
 
 from ..analysis.ar_ae import find_name, name_joints, name_pairs
 from ..analysis.xlnet import plm_cloze_log_probs, plm_target_log_probs, same_context_log_probs
+from ..data.documents import train_tokenizer
 from ..data.tasks import two_word_cities
 from ..data.tokenizers import special_ids
 from ..device import get_device
 from ..objectives import trim_padding
 from ..objectives.permutation import factorised_step_log_probs, sample_orders
-from ..recipes.bert import pretraining_examples, train_tokenizer
+from ..objectives.pretraining import pretraining_examples
 from ..recipes.xlnet import pretrain_xlnet, xlnet_config
 from . import Study, register_study
 from .ar_ae import QUICK as AR_AE_QUICK

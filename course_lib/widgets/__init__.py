@@ -1,8 +1,14 @@
 """Interactive widgets for the chapters. The logic lives here (and is tested in plain pytest);
 the notebooks only display them."""
 
-from .attention import AttentionExplorer, apply_temperature, transformer_attention
-from .masking import MaskingDraw, MaskingWidget, TokenRow, bert_attention, bert_attention_explorer
+from .attention import (
+    AttentionExplorer,
+    apply_temperature,
+    bert_attention,
+    bert_attention_explorer,
+    transformer_attention,
+)
+from .masking import MaskingDraw, MaskingWidget, TokenRow
 from .parameters import ParameterCounter, SizeReport, plot_breakdown, size_config
 from .permutation import (
     PAPER_ORDER,

@@ -5,6 +5,11 @@ Temperature acts on the weights the model produced: since
 :math:`w^{1/T}` over the same row gives exactly the weights the scores would have had at
 temperature ``T``. ``T < 1`` sharpens the distribution towards its arg-max, ``T > 1``
 flattens it towards uniform; masked keys (weight 0) stay at 0.
+
+:func:`bert_attention` turns a BERT's attention weights for one or more sentences into the
+explorer's input (one "kind" per sentence), so picking a layer and a head shows that head's
+map over the tokens (:func:`bert_attention_explorer`); :func:`transformer_attention` does the
+same for the encoder-decoder Transformer.
 """
 
 from __future__ import annotations
@@ -13,10 +18,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from ..models.bert import body_of
 from ..viz import plot_attention, to_numpy
 
-__all__ = ["apply_temperature", "AttentionExplorer", "transformer_attention"]
+__all__ = [
+    "apply_temperature",
+    "AttentionExplorer",
+    "transformer_attention",
+    "bert_attention",
+    "bert_attention_explorer",
+]
 
 
 def apply_temperature(weights, temperature: float) -> np.ndarray:
@@ -123,3 +136,49 @@ class AttentionExplorer:
         from .front import live_widget
 
         return live_widget("attention", self.front_data(kind))
+
+
+@torch.no_grad()
+def bert_attention(
+    model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]
+) -> tuple[dict[str, list[Tensor]], dict[str, tuple[list[str], list[str]]]]:
+    """Attention weights of a BERT for each sentence, in :class:`AttentionExplorer`'s format.
+
+    ``sentences``: one text, a list of texts, or ``{name: text}``. A text may be a pair
+    ``"first sentence ||| second sentence"`` (encoded as ``[CLS] A [SEP] B [SEP]``).
+    Returns ``(weights, labels)``: ``weights[name]`` is a list with one ``[heads, tokens,
+    tokens]`` tensor per layer; ``labels[name]`` is ``(tokens, tokens)``.
+    """
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    named = dict(sentences) if isinstance(sentences, Mapping) else {s: s for s in sentences}
+    if not named:
+        raise ValueError("bert_attention needs at least one sentence")
+    body = body_of(model)
+    device = body.device
+    was_training = body.training
+    body.eval()
+    weights, labels = {}, {}
+    for name, text in named.items():
+        parts = [p.strip() for p in text.split("|||")]
+        if len(parts) > 2 or not all(parts):
+            raise ValueError(f"{text!r}: give one sentence or a pair 'A ||| B'")
+        enc = tokenizer.encode(*parts)
+        ids = torch.tensor([enc.ids], device=device)
+        types = torch.tensor([enc.type_ids], device=device)
+        if body.config.type_vocab_size == 1:
+            types = torch.zeros_like(types)
+        out = body(ids, token_type_ids=types, output_attentions=True)
+        weights[name] = [a[0].float().cpu() for a in out.attentions]
+        labels[name] = (list(enc.tokens), list(enc.tokens))
+    body.train(was_training)
+    return weights, labels
+
+
+def bert_attention_explorer(
+    model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]
+) -> AttentionExplorer:
+    """An :class:`AttentionExplorer` over a BERT's self-attention, one entry per sentence:
+    ``bert_attention_explorer(model, tok, {"tired": s1, "wide": s2}).widget()``."""
+    weights, labels = bert_attention(model, tokenizer, sentences)
+    return AttentionExplorer(weights, labels)

@@ -1,4 +1,4 @@
-r"""BERT widgets: watch the masking recipe at work, and browse a BERT's attention.
+r"""The masking widget: watch BERT's masking recipe at work.
 
 **Masking widget.** Type a sentence, set ``mlm_probability`` (the masking rate), redraw. Each
 token (besides ``[CLS]`` and ``[SEP]``) is chosen with probability :math:`p`; a chosen token then becomes
@@ -8,12 +8,7 @@ chosen position, its top-:math:`k` predictions
 
 .. math:: p(x_i = w \mid \tilde x) = \mathrm{softmax}(\mathrm{MLMHead}(h_i))_w .
 
-**Attention viewer.** :func:`bert_attention` turns a BERT's attention weights for one or
-more sentences into the input of :class:`~course_lib.widgets.attention.AttentionExplorer`
-(one "kind" per sentence), so picking a layer and a head shows that head's map over the
-tokens.
-
-The logic (``MaskingWidget.draw``, ``bert_attention``) runs without a notebook; ``widget()``
+The logic (``MaskingWidget.draw``) runs without a notebook; ``widget()``
 precomputes the draws a reader can reach (every rate on the slider, a few seeds, a few
 sentences) and the page's JavaScript (``js/masking.js``) shows them, so the widget responds
 in the HTML book without a kernel.
@@ -22,18 +17,16 @@ in the HTML book without a kernel.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-from ..models.bert import body_of
 from ..objectives import KEPT, MASKED, RANDOM
-from ..recipes.bert import make_masker
-from .attention import AttentionExplorer
+from ..objectives.pretraining import make_masker
 
-__all__ = ["TokenRow", "MaskingDraw", "MaskingWidget", "bert_attention", "bert_attention_explorer"]
+__all__ = ["TokenRow", "MaskingDraw", "MaskingWidget"]
 
 _ACTION_NAMES = {0: "", MASKED: "[MASK]", RANDOM: "random", KEPT: "kept"}
 _ACTIONS = ["", "[MASK]", "random", "kept"]  # a draw's actions in the page's data: indices into this
@@ -137,7 +130,7 @@ class MaskingWidget:
         k: predictions shown per chosen token.
         mask_replace_prob, random_replace_prob: the 80/10/10 split.
 
-    The masking is the recipe's (:func:`~course_lib.recipes.bert.make_masker`, kept in
+    The masking is the recipe's (:func:`~course_lib.objectives.pretraining.make_masker`, kept in
     ``.masker``). ``draw()`` masks the current text and returns a :class:`MaskingDraw` (also
     kept in ``.last``); ``redraw()`` moves to the next seed first. ``widget()`` shows a
     sentence menu, an ``mlm_probability`` slider and a "redraw" button over draws precomputed
@@ -309,54 +302,3 @@ class MaskingWidget:
         from .front import live_widget
 
         return live_widget("masking", self.front_data(texts, n_seeds), self._answer)
-
-
-# ---------------------------------------------------------------------------------------
-# Attention viewer
-# ---------------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def bert_attention(
-    model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]
-) -> tuple[dict[str, list[Tensor]], dict[str, tuple[list[str], list[str]]]]:
-    """Attention weights of a BERT for each sentence, in :class:`AttentionExplorer`'s format.
-
-    ``sentences``: one text, a list of texts, or ``{name: text}``. A text may be a pair
-    ``"first sentence ||| second sentence"`` (encoded as ``[CLS] A [SEP] B [SEP]``).
-    Returns ``(weights, labels)``: ``weights[name]`` is a list with one ``[heads, tokens,
-    tokens]`` tensor per layer; ``labels[name]`` is ``(tokens, tokens)``.
-    """
-    if isinstance(sentences, str):
-        sentences = [sentences]
-    named = dict(sentences) if isinstance(sentences, Mapping) else {s: s for s in sentences}
-    if not named:
-        raise ValueError("bert_attention needs at least one sentence")
-    body = body_of(model)
-    device = body.device
-    was_training = body.training
-    body.eval()
-    weights, labels = {}, {}
-    for name, text in named.items():
-        parts = [p.strip() for p in text.split("|||")]
-        if len(parts) > 2 or not all(parts):
-            raise ValueError(f"{text!r}: give one sentence or a pair 'A ||| B'")
-        enc = tokenizer.encode(*parts)
-        ids = torch.tensor([enc.ids], device=device)
-        types = torch.tensor([enc.type_ids], device=device)
-        if body.config.type_vocab_size == 1:
-            types = torch.zeros_like(types)
-        out = body(ids, token_type_ids=types, output_attentions=True)
-        weights[name] = [a[0].float().cpu() for a in out.attentions]
-        labels[name] = (list(enc.tokens), list(enc.tokens))
-    body.train(was_training)
-    return weights, labels
-
-
-def bert_attention_explorer(
-    model, tokenizer, sentences: str | Sequence[str] | Mapping[str, str]
-) -> AttentionExplorer:
-    """An :class:`AttentionExplorer` over a BERT's self-attention, one entry per sentence:
-    ``bert_attention_explorer(model, tok, {"tired": s1, "wide": s2}).widget()``."""
-    weights, labels = bert_attention(model, tokenizer, sentences)
-    return AttentionExplorer(weights, labels)

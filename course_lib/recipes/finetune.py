@@ -1,0 +1,432 @@
+r"""Fine-tuning (Devlin et al. 2019, §3.2): a sentence classifier and a word tagger on a
+pretrained encoder, or on a random one with the same seed, data and steps.
+
+A classifier reads the pooled ``[CLS]`` vector,
+:math:`p(y \mid x) = \mathrm{softmax}(W \tanh(W_p h_{[CLS]} + b_p) + b)`, and every weight is
+trained on the labelled task. Starting the encoder from pretrained weights instead of random
+ones is the whole point of pretraining; :func:`finetune_classifier` does both, with the same
+seed, data and steps, so the difference is the pretraining alone. :func:`finetune_tagger` does
+the same for one label per word. The helpers (:func:`start_model`, :func:`shuffled_batches`,
+:func:`split_tagged`, :func:`check_labels`) serve the distillation recipes too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ..data import encode_texts
+from ..device import get_device, seed_everything
+from ..models.albert import AlbertConfig, AlbertForSequenceClassification
+from ..models.bert import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    body_of,
+)
+from ..objectives import IGNORE_INDEX, tagging_inputs, trim_padding
+from ..train import History, fit, model_device
+from .common import fingerprint, require_positive, tokenizer_fingerprint, train_cached, weights_fingerprint
+
+__all__ = [
+    "classification_inputs",
+    "split_labelled",
+    "classification_accuracy",
+    "start_model",
+    "shuffled_batches",
+    "check_labels",
+    "finetune_classifier",
+    "split_tagged",
+    "tagging_accuracy",
+    "finetune_tagger",
+]
+
+
+def classification_inputs(
+    tokenizer, texts: Sequence[str], pairs: Sequence[str] | None = None, *, max_len: int = 128
+) -> dict[str, Tensor]:
+    """``[CLS] text [SEP]`` (or a pair) for every text: ``input_ids``, ``token_type_ids``,
+    ``attention_mask`` (1 = real token), right-padded, truncated to ``max_len``."""
+    enc = encode_texts(tokenizer, list(texts), None if pairs is None else list(pairs), max_len=max_len)
+    enc["attention_mask"] = enc["attention_mask"].long()
+    return enc
+
+
+def split_labelled(items: Sequence[tuple[Any, int]], what: str) -> tuple[list[str], Tensor, list[str] | None]:
+    """``(texts, labels, second texts or None)`` of ``(text, label)`` or ``((a, b), label)`` items."""
+    if not items:
+        raise ValueError(f"{what} holds no examples")
+    texts, seconds, labels = [], [], []
+    for it in items:
+        if len(it) != 2:
+            raise ValueError(f"{what}: expected (text, label) pairs, got {it!r}")
+        text = it[0]
+        if isinstance(text, (tuple, list)):
+            if len(text) != 2:
+                raise ValueError(f"{what}: a sentence pair must be (a, b), got {text!r}")
+            texts.append(str(text[0]))
+            seconds.append(str(text[1]))
+        else:
+            texts.append(str(text))
+        labels.append(int(it[1]))
+    if seconds and len(seconds) != len(texts):
+        raise ValueError(f"{what} mixes single texts and sentence pairs")
+    return texts, torch.tensor(labels), (seconds or None)
+
+
+@torch.no_grad()
+def classification_accuracy(
+    model: nn.Module,
+    tokenizer,
+    items: Sequence[tuple[str, int]],
+    *,
+    batch_size: int = 256,
+    max_len: int | None = None,
+) -> float:
+    """Share of ``(text, label)`` (or ``((a, b), label)``) items the classifier gets right."""
+    texts, labels, seconds = split_labelled(items, "items")
+    device = model_device(model)
+    max_len = max_len or model.config.max_len
+    was_training = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(texts), batch_size):
+        pair = seconds[i : i + batch_size] if seconds is not None else None
+        enc = classification_inputs(tokenizer, texts[i : i + batch_size], pair, max_len=max_len)
+        logits = model(**{k: v.to(device) for k, v in enc.items()}).logits
+        correct += int((logits.argmax(-1).cpu() == labels[i : i + batch_size]).sum())
+    model.train(was_training)
+    return correct / len(texts)
+
+
+def start_model(
+    start: nn.Module | BertConfig, model_cls: type, seed: int, device, **config_changes: Any
+) -> tuple[nn.Module, BertModel | None]:
+    """A fine-tuning model of ``model_cls``: its new layers from ``seed``, its encoder copied
+    from ``start`` (the pooler too when both have one) or random when ``start`` is a config."""
+    if isinstance(start, BertConfig):
+        config, body = start, None
+    else:
+        body = body_of(start)
+        if type(body) is not model_cls.model_class:
+            raise TypeError(
+                f"{model_cls.__name__} starts from a {model_cls.model_class.__name__} body, got "
+                f"{type(start).__name__}"
+            )
+        config = body.config
+    device = (
+        (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
+    )
+    seed_everything(seed)
+    model = model_cls(replace(config, **config_changes))  # new layers (and a scratch body) from the seed
+    if body is not None:
+        model.load_body(body)
+    return model.to(device), body
+
+
+def shuffled_batches(
+    rows: Mapping[str, Tensor], batch_size: int, seed: int
+) -> Callable[[int], dict[str, Tensor]]:
+    """``step -> batch``: ``batch_size`` rows of ``rows`` (a dict of tensors with one row per
+    example) at a time, in an order drawn from ``seed`` and reshuffled every epoch (the
+    remainder of an epoch carries over), each batch cut to its longest row
+    (:func:`trim_padding`). The fine-tuning and distillation recipes draw their batches so."""
+    require_positive(batch_size=batch_size)
+    n = rows["input_ids"].size(0)
+    gen = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+
+    def batch_at(step: int) -> dict[str, Tensor]:
+        nonlocal order
+        if len(order) < batch_size:  # a new epoch: shuffle again (the remainder carries over)
+            order = order + torch.randperm(n, generator=gen).tolist()
+        sel, order = order[:batch_size], order[batch_size:]
+        return trim_padding({k: v[sel] for k, v in rows.items()})
+
+    return batch_at
+
+
+class _Task(NamedTuple):
+    """What a fine-tuning recipe brings to the run both share (:func:`_finetune`)."""
+
+    model_class: type  # the task model: BertForSequenceClassification, BertForTokenClassification
+    inputs: Callable[[int], dict[str, Tensor]]  # max_len -> the training rows, labels included
+    loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]]
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None
+    spec: dict[str, Any]  # the recipe's name and digests of its data (part of the cache key)
+
+
+# the options both fine-tuning recipes take and hand to _finetune unchanged
+_FINETUNE_OPTIONS = (
+    "num_labels",
+    "dropout",
+    "steps",
+    "batch_size",
+    "lr",
+    "seed",
+    "device",
+    "eval_every",
+    "cache_name",
+    "progress",
+    "freeze_body",
+)
+
+
+def _finetune(
+    task: _Task,
+    start: nn.Module | BertConfig,
+    tokenizer,
+    *,
+    num_labels: int,
+    dropout: float | None,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    device: torch.device | str | None,
+    eval_every: int | None,
+    cache_name: str | None,
+    progress: bool | None,
+    freeze_body: bool = False,
+) -> tuple[nn.Module, History]:
+    """The run both fine-tuning recipes share: a ``task.model_class`` from ``start``
+    (:func:`start_model`), then ``steps`` batches of ``batch_size`` rows of ``task.inputs`` in
+    an order drawn from ``seed`` (reshuffled each epoch, the remainder carried over), trained
+    with :func:`~course_lib.train.fit`; cached under ``cache_name``. Returns ``(model, history)``.
+
+    ``freeze_body``: the *feature-based* approach (ELMo's): the encoder's weights stay as
+    they are (no gradient, no dropout inside it) and only the new layer on top is trained."""
+    require_positive(steps=steps, batch_size=batch_size)
+    changes: dict[str, Any] = dict(num_labels=num_labels, classifier_dropout=dropout)
+    if freeze_body:
+        base = start if isinstance(start, BertConfig) else body_of(start).config
+        changes.update(
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            classifier_dropout=base.hidden_dropout_prob if dropout is None else dropout,
+        )
+    model, body = start_model(start, task.model_class, seed, device, **changes)
+    if freeze_body:
+        model.base.requires_grad_(False)
+    batch_at = shuffled_batches(task.inputs(model.config.max_len), batch_size, seed)
+
+    def train(m: nn.Module) -> History:
+        return fit(
+            m,
+            batch_at,
+            task.loss_fn,
+            steps=steps,
+            lr=lr,
+            eval_fn=task.eval_fn,
+            eval_every=eval_every,
+            progress=progress,
+            desc="fine-tuning" if body is not None else "training from scratch",
+        )
+
+    def spec() -> dict[str, Any]:
+        return dict(
+            task.spec,
+            config=model.config.to_dict(),
+            start=weights_fingerprint(body) if body is not None else "scratch",
+            tokenizer=tokenizer_fingerprint(tokenizer),
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            seed=seed,
+            eval_every=eval_every,
+            **({"freeze_body": True} if freeze_body else {}),
+        )
+
+    return model, train_cached(cache_name, model, spec, train)
+
+
+def check_labels(low: int, high: int, num_labels: int, what: str) -> None:
+    if low < 0 or high >= num_labels:
+        raise ValueError(f"{what} must lie in [0, num_labels={num_labels}), got values in [{low}, {high}]")
+
+
+def _digest(obj: Any) -> str:
+    return fingerprint([json.dumps(obj).encode()])
+
+
+def finetune_classifier(
+    start: nn.Module | BertConfig,
+    tokenizer,
+    train_items: Sequence[tuple[str, int]],
+    *,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 1e-4,
+    num_labels: int = 2,
+    dropout: float | None = None,
+    eval_items: Sequence[tuple[str, int]] | None = None,
+    eval_every: int | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    cache_name: str | None = None,
+    progress: bool | None = None,
+    freeze_body: bool = False,
+) -> tuple[BertForSequenceClassification, History]:
+    """Fine-tune a sentence classifier on ``(text, label)`` items; returns ``(classifier, history)``.
+
+    ``start`` is a pretrained model (``BertModel`` or any model with a ``.bert`` body: its
+    encoder weights are copied, the pooler too when it has one) or a :class:`BertConfig`
+    (random weights: training from scratch). Either way the classifier layer is initialised
+    from ``seed`` and the batches come in the same order, so two calls that differ only in
+    ``start`` isolate the effect of pretraining. ``history.evals["accuracy"]`` is the
+    accuracy on ``eval_items``. An item's text may be a pair ``(a, b)``: the input is then
+    ``[CLS] a [SEP] b [SEP]`` with segment ids 0/1. ``freeze_body``: train only the
+    classifier on the frozen encoder (feature-based), see :func:`_finetune`.
+    """
+    texts, labels, seconds = split_labelled(train_items, "train_items")
+    check_labels(int(labels.min()), int(labels.max()), num_labels, "labels")
+
+    def inputs(max_len: int) -> dict[str, Tensor]:
+        return {**classification_inputs(tokenizer, texts, seconds, max_len=max_len), "labels": labels}
+
+    def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
+        out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        acc = (out.logits.argmax(-1) == batch["labels"]).float().mean().item()
+        return out.loss, {"train_accuracy": acc}
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        return {"accuracy": classification_accuracy(m, tokenizer, eval_items)}
+
+    spec = dict(
+        recipe="finetune_classifier",
+        train=_digest([texts, labels.tolist()] + ([seconds] if seconds is not None else [])),
+        eval=_digest([[list(t) if isinstance(t, (tuple, list)) else t, y] for t, y in eval_items or []]),
+    )
+    start_config = start if isinstance(start, BertConfig) else body_of(start).config
+    classifier = (
+        AlbertForSequenceClassification
+        if isinstance(start_config, AlbertConfig)
+        else BertForSequenceClassification
+    )
+    task = _Task(classifier, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    options = locals()
+    return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})
+
+
+def split_tagged(
+    items: Sequence[tuple[Sequence[str], Sequence[int]]], what: str
+) -> tuple[list[list[str]], list[list[int]]]:
+    if not items:
+        raise ValueError(f"{what} holds no sentences")
+    words, tags = [], []
+    for k, it in enumerate(items):
+        if len(it) != 2 or isinstance(it[0], str) or len(it[0]) != len(it[1]) or not len(it[0]):
+            raise ValueError(
+                f"{what}[{k}]: expected (words, tags) with one tag per word and at least one word, got "
+                f"{it!r}"[:300]
+            )
+        words.append([str(w) for w in it[0]])
+        tags.append([int(t) for t in it[1]])
+    return words, tags
+
+
+@torch.no_grad()
+def tagging_accuracy(
+    model: nn.Module,
+    tokenizer,
+    items: Sequence[tuple[Sequence[str], Sequence[int]]],
+    *,
+    known_words: set[str] | None = None,
+    batch_size: int = 256,
+) -> dict[str, float]:
+    """Share of words tagged right (each word judged at its first piece); with ``known_words``
+    also the accuracy on the words outside that set (``"unseen_accuracy"``: the words the
+    tagger never saw labelled) and their share (``"unseen_share"``)."""
+    words, tags = split_tagged(items, "items")
+    device = model_device(model)
+    was_training = model.training
+    model.eval()
+    right, total, right_new, total_new = 0, 0, 0, 0
+    for i in range(0, len(words), batch_size):
+        enc = tagging_inputs(
+            tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_len
+        )
+        logits = model(
+            enc["input_ids"].to(device), enc["attention_mask"].to(device), enc["token_type_ids"].to(device)
+        ).logits
+        labelled = enc["labels"] != IGNORE_INDEX
+        hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
+        right += int(hit.sum())
+        total += int(labelled.sum())
+        if known_words is not None:  # [sentence, word] unseen flags, read at each labelled position
+            chunk = words[i : i + batch_size]
+            unseen = torch.zeros(len(chunk), max(map(len, chunk)), dtype=torch.bool)
+            for r, ws in enumerate(chunk):
+                unseen[r, : len(ws)] = torch.tensor([w.lower() not in known_words for w in ws])
+            new = unseen.gather(1, enc["word_index"].clamp(min=0)) & labelled
+            total_new += int(new.sum())
+            right_new += int((hit & new).sum())
+    model.train(was_training)
+    result = {"accuracy": right / max(total, 1)}
+    if known_words is not None:
+        result["unseen_accuracy"] = right_new / max(total_new, 1)
+        result["unseen_share"] = total_new / max(total, 1)
+    return result
+
+
+def finetune_tagger(
+    start: nn.Module | BertConfig,
+    tokenizer,
+    train_items: Sequence[tuple[Sequence[str], Sequence[int]]],
+    *,
+    num_labels: int,
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 1e-4,
+    dropout: float | None = None,
+    eval_items: Sequence[tuple[Sequence[str], Sequence[int]]] | None = None,
+    eval_every: int | None = None,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    cache_name: str | None = None,
+    progress: bool | None = None,
+    freeze_body: bool = False,
+) -> tuple[BertForTokenClassification, History]:
+    """Fine-tune a tagger (:class:`~course_lib.models.bert.BertForTokenClassification`) on
+    ``(words, tag ids)`` sentences; returns ``(tagger, history)``.
+
+    ``start`` as in :func:`finetune_classifier`: a pretrained model (its encoder is copied)
+    or a :class:`BertConfig` (random weights), with the same new layer and batch order for
+    a given ``seed``. ``history.evals`` holds ``accuracy`` and ``unseen_accuracy`` on
+    ``eval_items`` (unseen: words that never occur in ``train_items``). ``freeze_body``:
+    train only the tagging layer on the frozen encoder (feature-based, ELMo's way).
+    """
+    words, tags = split_tagged(train_items, "train_items")
+    flat = [t for ts in tags for t in ts]
+    check_labels(min(flat), max(flat), num_labels, "tags")
+    known = {w.lower() for ws in words for w in ws}
+
+    def inputs(max_len: int) -> dict[str, Tensor]:
+        enc = tagging_inputs(tokenizer, words, tags, max_len=max_len)
+        del enc["word_index"]
+        return enc
+
+    def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
+        out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        labelled = batch["labels"] != IGNORE_INDEX
+        acc = ((out.logits.argmax(-1) == batch["labels"]) & labelled).sum() / labelled.sum().clamp(min=1)
+        return out.loss, {"train_accuracy": acc.item()}
+
+    def eval_fn(m: nn.Module) -> dict[str, float]:
+        r = tagging_accuracy(m, tokenizer, eval_items, known_words=known)
+        return {"accuracy": r["accuracy"], "unseen_accuracy": r["unseen_accuracy"]}
+
+    spec = dict(
+        recipe="finetune_tagger",
+        train=_digest([words, tags]),
+        eval=_digest([list(map(list, it)) for it in eval_items or []]),
+    )
+    task = _Task(BertForTokenClassification, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    options = locals()
+    return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})
