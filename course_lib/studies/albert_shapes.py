@@ -46,16 +46,11 @@ from typing import Any
 import torch
 
 from ..data import load_documents
+from ..data.documents import split_documents, train_tokenizer
 from ..device import get_device
 from ..models.albert import AlbertConfig, AlbertForPreTraining
-from ..recipes.bert import (
-    evaluate_mlm,
-    make_masker,
-    pretrain_bert,
-    pretraining_examples,
-    split_documents,
-    train_tokenizer,
-)
+from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
+from ..recipes.bert import pretrain_bert
 from . import Study, register_study
 
 SETTINGS: dict[str, Any] = dict(
