@@ -90,6 +90,31 @@ def test_course_train_under_torchrun(tmp_path):
     assert done.stdout.count("saved to") == 1  # rank 0 alone saves and reports
 
 
+def _course_train(out: Path, processes: int, *extra: str) -> list[float]:
+    argv = ["-m", "course_lib.cli", "train", "causal", "--data", "generated", "--size", "tiny",
+            "--steps", "4", "--n-docs", "60", "--batch-size", "8", "--out", str(out), *extra]  # fmt: skip
+    launcher = [] if processes == 1 else ["-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                                          "--standalone"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, *launcher, *argv], env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "model.json").read_text())["history"]["loss"]
+
+
+def test_course_train_on_two_processes_follows_one_process_with_dropout_off(tmp_path):
+    """``course train`` itself: with ``--dropout 0`` the 2-process loss curve is the 1-process
+    one (within 1e-5). The control: with the recipe's dropout the processes draw their own
+    masks, and the curves part by more than that."""
+    one = _course_train(tmp_path / "one", 1, "--dropout", "0")
+    two = _course_train(tmp_path / "two", 2, "--dropout", "0")
+    assert len(one) == len(two) == 4
+    assert two == pytest.approx(one, abs=1e-5)
+    one_dropout = _course_train(tmp_path / "one-d", 1)
+    two_dropout = _course_train(tmp_path / "two-d", 2)
+    assert max(abs(a - b) for a, b in zip(one_dropout, two_dropout)) > 1e-5
+
+
 def test_two_nodes_of_one_process_each(tmp_path, one_process):
     """Multi-node, simulated: two torchrun launchers (one per 'node') meet at a c10d rendezvous."""
     import socket

@@ -1441,7 +1441,8 @@ def _cmd(args: argparse.Namespace) -> int:
             causal=args.causal is not None,
             direction=(args.causal or "left-to-right").replace("-", "_"),
             tokenizer_kind=args.tokenizer,
-            heldout=0.05,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
+            mlm_probability=getattr(args, "mask_rate", None) or 0.15,
             device=device,
             **_pair_arguments(args),
             **training_arguments(args),

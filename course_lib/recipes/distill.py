@@ -685,6 +685,7 @@ def _cmd(args: argparse.Namespace) -> int:
             method=args.method,
             first_steps=args.first_steps,
             temperature=args.temperature,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **options,
         )

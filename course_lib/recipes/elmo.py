@@ -593,7 +593,9 @@ def load_pretrained_elmo(
 
 def _cmd(args: argparse.Namespace) -> int:
     def train(sentences: list, device: torch.device) -> PretrainedElmo:
-        return pretrain_elmo(args.size, sentences, device=device, **training_arguments(args))
+        held = getattr(args, "heldout", None)  # a fraction; None: the recipe's 256 sentences
+        extra = {} if held is None else {"heldout": held}
+        return pretrain_elmo(args.size, sentences, device=device, **extra, **training_arguments(args))
 
     def summary(model: ElmoLanguageModel, vocab, history: History, device: torch.device, seconds: float):
         return (

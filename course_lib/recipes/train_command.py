@@ -331,7 +331,8 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
         except (ValueError, FileNotFoundError) as exc:
             print(f"course train {objective}: {exc}", file=sys.stderr)
             return 2
-        overrides = {k: getattr(args, k, None) for k in ("warmup", "weight_decay", "grad_clip", "keep_last")}
+        names = ("warmup", "weight_decay", "grad_clip", "keep_last", "dropout")
+        overrides = {k: getattr(args, k, None) for k in names}
         with resume_settings(settings, force=getattr(args, "force_resume", False)):
             with reading_encoding(getattr(args, "encoding", None)), loop_overrides(**overrides):
                 return run(args)
@@ -351,6 +352,57 @@ def _non_negative(kind: type) -> Any:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def _fraction(*, zero: bool) -> Any:
+    """An argparse ``type``: a number in [0, 1) (``zero``) or (0, 1)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+        if not ((0.0 <= value) if zero else (0.0 < value)) or not value < 1.0:
+            raise argparse.ArgumentTypeError(f"must be in {'[0' if zero else '(0'}, 1), got {text}")
+        return value
+
+    parse.__name__ = "fraction"
+    return parse
+
+
+# objectives whose inputs are masked (--mask-rate): the BERT family's masked LMs
+MASKED_LM = ("bert", "roberta", "albert")
+
+
+def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
+    """``--dropout``, ``--heldout`` and, for the masked LMs, ``--mask-rate``."""
+    g = q.add_argument_group("regularisation and evaluation (default: the recipe's)")
+    g.add_argument(
+        "--dropout",
+        type=_fraction(zero=True),
+        default=None,
+        metavar="P",
+        help="every dropout probability of the model (hidden, attention, embeddings; recorded in "
+        "config.json; default the recipe's: 0.1, ALBERT's hidden and attention 0)",
+    )
+    held_default = None if objective == "elmo" else 0.05
+    g.add_argument(
+        "--heldout",
+        type=_fraction(zero=True),
+        default=held_default,
+        metavar="F",
+        help="the fraction of the text held out for evaluation (0: none; default "
+        + ("256 sentences" if objective == "elmo" else "0.05: every 20th document")
+        + ")",
+    )
+    if objective in MASKED_LM:
+        g.add_argument(
+            "--mask-rate",
+            type=_fraction(zero=False),
+            default=0.15,
+            metavar="R",
+            help="the fraction of tokens chosen for prediction (80/10/10 rule; default 0.15, BERT's)",
+        )
 
 
 def register(sub: Any) -> None:
@@ -401,6 +453,7 @@ def register(sub: Any) -> None:
             metavar="K",
             help="keep the K previous training states beside the latest (state-<step>.pt)",
         )
+        _regularisation_options(q, objective)
         q.add_argument(
             "--encoding",
             default=None,

@@ -299,7 +299,7 @@ def _cmd(args: argparse.Namespace) -> int:
             segments_per_row=args.segments_per_row,
             mem_len=args.mem_len,
             tokenizer_kind=args.tokenizer,
-            heldout=0.05,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **kwargs,
         )

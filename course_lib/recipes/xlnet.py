@@ -317,7 +317,7 @@ def _cmd(args: argparse.Namespace) -> int:
             n_predict=args.n_predict,
             row_unit=args.row_unit,
             tokenizer_kind=args.tokenizer,
-            heldout=0.05,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **training_arguments(args),
         )
