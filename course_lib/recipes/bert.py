@@ -1,8 +1,8 @@
-r"""Pretraining and fine-tuning BERT: the recipe the chapter runs and ``course pretrain-bert`` runs.
+r"""Pretraining and fine-tuning BERT: the recipe the chapter runs and ``course train bert`` runs.
 
 One set of functions serves three users: the BERT chapter (a small model on the generated
 corpus, on a CPU, inside :func:`~course_lib.checkpoints.train_or_load`), a reader with a GPU
-and their own text (``course pretrain-bert --text 'books/*.txt' --device cuda --size
+and their own text (``course train bert --text 'books/*.txt' --device cuda --size
 base-like``), and the tests (a tiny model for a few steps).
 
 **Pretraining** (Devlin et al. 2019, §3.1). Documents become sentence pairs
@@ -30,7 +30,7 @@ seed, data and steps, so the difference is the pretraining alone.
 
 Command line::
 
-    course pretrain-bert --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small|base-like]
+    course train bert --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small|base-like]
         [--pair-task nsp|sop|none] [--pair-unit sentence|segment] [--architecture CLASS]
 
 writes ``DIR/model.safetensors`` (+ ``model.json`` with the training history),
@@ -1403,15 +1403,15 @@ def data_spec(
 def load_pretrained_bert(
     path: Path | str, *, device: torch.device | str | None = None
 ) -> tuple[nn.Module, Any]:
-    """Read what :func:`save_pretrained_bert` (or ``course pretrain-bert``) wrote:
+    """Read what :func:`save_pretrained_bert` (or ``course train bert``) wrote:
     ``(model, tokenizer)``, eval mode."""
     return load_with_tokenizer(
-        path, "course pretrain-bert", default_architecture="BertForPreTraining", device=device
+        path, "course train bert", default_architecture="BertForPreTraining", device=device
     )
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course pretrain-bert
+# Command line: course train bert
 # ---------------------------------------------------------------------------------------
 
 
@@ -1534,7 +1534,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course pretrain-bert`` to the ``course`` command."""
+    """Add ``course train bert`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "pretrain-bert",
@@ -1561,7 +1561,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.bert ...``: the same as ``course pretrain-bert ...``."""
+    """``python -m course_lib.recipes.bert ...``: the same as ``course train bert ...``."""
     return module_main(register, "pretrain-bert", "course_lib.recipes.bert", argv)
 
 

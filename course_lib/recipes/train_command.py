@@ -1,23 +1,23 @@
 """``course train OBJECTIVE``: one command that pretrains any of the course's objectives.
 
-Each objective is the recipe command that already trains it, with the objective's settings
-preset (``course train albert`` = ``course pretrain-bert --pair-task sop --architecture
-AlbertForPreTraining``); so there is one recipe per model and this module only names them.
-The older per-model commands stay as aliases.
+Each objective is a recipe (one per model family) with the objective's settings preset
+(``course train albert`` = the BERT recipe with ``--pair-task sop --architecture
+AlbertForPreTraining``); this module names them and adds the options every objective shares.
+It is the only training command: the recipes add their options to it, not commands of their own.
 
-=================  ==============================================  =========================
+=================  ==============================================  ==============================
 objective          what is trained                                 recipe
-=================  ==============================================  =========================
-``elmo``           ELMo's biLM (forward + backward LSTM LMs)       ``course train-elmo``
-``bert``           BERT: masked LM + next-sentence prediction      ``course pretrain-bert``
-``roberta``        RoBERTa: dynamic masked LM on full-sentence     ``course pretrain-bert``
+=================  ==============================================  ==============================
+``elmo``           ELMo's biLM (forward + backward LSTM LMs)       :mod:`course_lib.recipes.elmo`
+``bert``           BERT: masked LM + next-sentence prediction      :mod:`course_lib.recipes.bert`
+``roberta``        RoBERTa: dynamic masked LM on full-sentence     :mod:`course_lib.recipes.bert`
                    blocks, byte-level BPE, no pair task
-``albert``         ALBERT: masked LM + sentence-order prediction   ``course pretrain-bert``
-``causal``         a left-to-right LM (BertLMHeadModel)            ``course pretrain-bert``
-``xlnet``          XLNet: permutation LM, two-stream attention     ``course pretrain-xlnet``
-``transfo-xl``     Transformer-XL: segment LM with memory          ``course pretrain-transfo-xl``
-``distill``        a student distilled from a saved course BERT    ``course distill``
-=================  ==============================================  =========================
+``albert``         ALBERT: masked LM + sentence-order prediction   :mod:`course_lib.recipes.bert`
+``causal``         a left-to-right LM (BertLMHeadModel)            :mod:`course_lib.recipes.bert`
+``xlnet``          XLNet: permutation LM, two-stream attention     :mod:`course_lib.recipes.xlnet`
+``transfo-xl``     Transformer-XL: segment LM with memory          :mod:`~course_lib.recipes.transfo_xl`
+``distill``        a student distilled from a saved course BERT    :mod:`course_lib.recipes.distill`
+=================  ==============================================  ==============================
 
 Every objective takes ``--data PATH_OR_GLOB`` (or ``generated``, the course's corpus), the
 training-loop options (``--accumulate``, ``--precision``, ``--schedule``,
@@ -87,23 +87,18 @@ OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
 
 
 class _Renamed:
-    """Subparsers that add the recipe's parser under the objective's name instead."""
+    """The subparsers a recipe's ``register`` adds its parser to: it is added under the
+    objective's name (the recipe's own command name is only its name in messages)."""
 
-    def __init__(self, sub: Any, name: str, help: str) -> None:
-        self.sub, self.name, self.help = sub, name, help
+    def __init__(self, sub: Any, name: str, help: str, presets: dict[str, Any]) -> None:
+        self.sub, self.name, self.help, self.presets = sub, name, help, presets
         self.parser: argparse.ArgumentParser | None = None
 
     def add_parser(self, command: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs["help"] = self.help
+        preset = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.presets.items())
         kwargs["description"] = (
-            f"{self.help}. The same as `course {command}`"
-            + (
-                " with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._presets.items())
-                if self._presets
-                else ""
-            )
-            + ". "
-            + kwargs.get("description", "")
+            f"{self.help}." + (f" Presets: {preset}." if preset else "") + " " + kwargs.get("description", "")
         )
         self.parser = self.sub.add_parser(self.name, **kwargs)
         return self.parser
@@ -182,15 +177,6 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
             raise ValueError(f"{path}: unknown option {key!r}; options: {', '.join(names)}")
         out[dest] = _convert(path, str(key), known[dest], value)
     return out
-
-
-def _given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    given = set()
-    for action in parser._actions:
-        for flag in action.option_strings:
-            if any(a == flag or a.startswith(flag + "=") for a in argv):
-                given.add(action.dest)
-    return given
 
 
 # options that do not change what a run computes: a resume may change them
@@ -303,10 +289,12 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             except (ValueError, FileNotFoundError) as exc:
                 print(f"course train {objective}: {exc}", file=sys.stderr)
                 return 2
-            given = _given_on_command_line(parser, getattr(args, "_argv", sys.argv[1:]))
-            for dest, value in values.items():
-                if dest not in given:
-                    setattr(args, dest, value)
+            # the file's values become the parser's defaults; the command line is parsed again
+            # over them, so what it gives wins
+            argv = list(getattr(args, "_argv", None) or sys.argv[1:])
+            start = argv.index(objective, argv.index("train") + 1 if "train" in argv else 0) + 1
+            parser.set_defaults(**values)
+            args = argparse.Namespace(**{**vars(args), **vars(parser.parse_args(argv[start:]))})
             if args.text == "generated":
                 args.text = None
         args._prog = f"course train {objective}"
@@ -420,8 +408,7 @@ def register(sub: Any) -> None:
     objectives = p.add_subparsers(dest="objective", metavar="OBJECTIVE")
     objectives.required = True
     for objective, (module, command, presets, help) in OBJECTIVES.items():
-        renamed = _Renamed(objectives, objective, help)
-        renamed._presets = presets  # type: ignore[attr-defined]
+        renamed = _Renamed(objectives, objective, help, presets)
         importlib.import_module(module).register(renamed)
         q = renamed.parser
         assert q is not None, f"{module}.register added no parser"
@@ -477,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     register(sub)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(["train", *argv])
-    args._argv = argv
+    args._argv = ["train", *argv]
     return int(args.func(args) or 0)
 
 

@@ -1,5 +1,5 @@
 r"""Pretraining a Transformer-XL language model: the recipe chapter 6 runs and
-``course pretrain-transfo-xl`` runs.
+``course train transfo-xl`` runs.
 
 The text is one long stream: every document's sentences, with ``[SEP]`` between documents
 (no ``[CLS]``: nothing is classified), cut into rows of ``segments_per_row`` segments of
@@ -23,7 +23,7 @@ Held-out evaluation (:func:`evaluate_transfo_xl`): the held-out stream read the 
 
 Command line::
 
-    course pretrain-transfo-xl --text 'PATH or GLOB' --out DIR [--size small] [--steps N]
+    course train transfo-xl --text 'PATH or GLOB' --out DIR [--size small] [--steps N]
         [--max-len 32 (tokens per segment)] [--segments-per-row 4] [--mem-len 32] [--device cuda]
 
 writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
@@ -272,11 +272,11 @@ def save_pretrained_transfo_xl(
 def load_pretrained_transfo_xl(
     path: Path | str, *, device: torch.device | str | None = None
 ) -> tuple[nn.Module, Any]:
-    """Read what :func:`save_pretrained_transfo_xl` (or ``course pretrain-transfo-xl``) wrote:
+    """Read what :func:`save_pretrained_transfo_xl` (or ``course train transfo-xl``) wrote:
     ``(model, tokenizer)``, eval mode."""
     return load_with_tokenizer(
         path,
-        "course pretrain-transfo-xl",
+        "course train transfo-xl",
         default_architecture="TransfoXLLMHeadModel",
         expected=TransfoXLLMHeadModel,
         device=device,
@@ -284,7 +284,7 @@ def load_pretrained_transfo_xl(
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course pretrain-transfo-xl
+# Command line: course train transfo-xl
 # ---------------------------------------------------------------------------------------
 
 
@@ -346,7 +346,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course pretrain-transfo-xl`` to the ``course`` command."""
+    """Add ``course train transfo-xl`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "pretrain-transfo-xl",
@@ -359,7 +359,7 @@ def register(sub) -> None:
         out_help="folder for the model, its config and tokenizer",
         training=TrainingOptions(
             sizes=sorted(SIZES),
-            size_help="model shape (default small; the same shapes as pretrain-bert)",
+            size_help="model shape (default small; the same shapes as bert)",
             steps=2000,
             batch_size=32,
             batch_unit="rows of segments",
@@ -374,7 +374,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.transfo_xl ...``: the same as ``course pretrain-transfo-xl ...``."""
+    """``python -m course_lib.recipes.transfo_xl ...``: the same as ``course train transfo-xl ...``."""
     return module_main(register, "pretrain-transfo-xl", "course_lib.recipes.transfo_xl", argv)
 
 

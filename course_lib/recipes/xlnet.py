@@ -1,5 +1,5 @@
 r"""Pretraining XLNet with the permutation language model: the recipe chapter 6 runs and
-``course pretrain-xlnet`` runs.
+``course train xlnet`` runs.
 
 The data are BERT's (:func:`~course_lib.recipes.bert.pretraining_examples` without a pair
 task: one sentence per row by default, or full-sentence blocks), the tokenizer is trained the
@@ -20,7 +20,7 @@ orders.
 
 Command line::
 
-    course pretrain-xlnet --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small]
+    course train xlnet --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small]
         [--K 6 | --n-predict N] [--row-unit sentence|block]
 
 writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
@@ -292,11 +292,11 @@ def save_pretrained_xlnet(
 def load_pretrained_xlnet(
     path: Path | str, *, device: torch.device | str | None = None
 ) -> tuple[nn.Module, Any]:
-    """Read what :func:`save_pretrained_xlnet` (or ``course pretrain-xlnet``) wrote:
+    """Read what :func:`save_pretrained_xlnet` (or ``course train xlnet``) wrote:
     ``(model, tokenizer)``, eval mode."""
     return load_with_tokenizer(
         path,
-        "course pretrain-xlnet",
+        "course train xlnet",
         default_architecture="XLNetLMHeadModel",
         expected=XLNetLMHeadModel,
         device=device,
@@ -304,7 +304,7 @@ def load_pretrained_xlnet(
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course pretrain-xlnet
+# Command line: course train xlnet
 # ---------------------------------------------------------------------------------------
 
 
@@ -370,7 +370,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course pretrain-xlnet`` to the ``course`` command."""
+    """Add ``course train xlnet`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "pretrain-xlnet",
@@ -381,7 +381,7 @@ def register(sub) -> None:
         out_help="folder for the model, its config and tokenizer",
         training=TrainingOptions(
             sizes=sorted(SIZES),
-            size_help="model shape (default small; the same shapes as pretrain-bert)",
+            size_help="model shape (default small; the same shapes as bert)",
             steps=2000,
             batch_size=64,
             batch_unit="sequences",
@@ -396,7 +396,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.xlnet ...``: the same as ``course pretrain-xlnet ...``."""
+    """``python -m course_lib.recipes.xlnet ...``: the same as ``course train xlnet ...``."""
     return module_main(register, "pretrain-xlnet", "course_lib.recipes.xlnet", argv)
 
 
