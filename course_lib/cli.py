@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = [
     "course_lib.notebooks",
     "course_lib.grading.cli",
     "course_lib.recipes.train_command",  # course train OBJECTIVE: every recipe's command
+    "course_lib.recipes.finetune_command",
     "course_lib.export",
     "course_lib.evaluate",
     "course_lib.bench",

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OBJECTIVES", "register", "main", "read_config"]
+__all__ = ["OBJECTIVES", "register", "main", "read_config", "fraction", "check_arguments"]
 
 # objective -> (module whose register() adds the recipe command, the command's name, presets, help)
 OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
@@ -218,7 +218,7 @@ def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     return settings
 
 
-def _check_arguments(args: argparse.Namespace, objective: str) -> None:
+def check_arguments(args: argparse.Namespace, objective: str) -> None:
     """One-line ``ValueError``s, before any data work, for what would fail later with a
     traceback: a device torch does not know or does not have, ``--out`` naming a file, a
     distillation teacher that is not a masked-LM BERT/ALBERT folder."""
@@ -312,7 +312,7 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             )
             return 2
         try:
-            _check_arguments(args, objective)
+            check_arguments(args, objective)
             settings = run_settings(args, objective)
             with reading_encoding(getattr(args, "encoding", None)):
                 pass  # checks the name before any data work
@@ -342,7 +342,7 @@ def _non_negative(kind: type) -> Any:
     return parse
 
 
-def _fraction(*, zero: bool) -> Any:
+def fraction(*, zero: bool) -> Any:
     """An argparse ``type``: a number in [0, 1) (``zero``) or (0, 1)."""
 
     def parse(text: str) -> float:
@@ -367,7 +367,7 @@ def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
     g = q.add_argument_group("regularisation and evaluation (default: the recipe's)")
     g.add_argument(
         "--dropout",
-        type=_fraction(zero=True),
+        type=fraction(zero=True),
         default=None,
         metavar="P",
         help="every dropout probability of the model (hidden, attention, embeddings; recorded in "
@@ -376,7 +376,7 @@ def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
     held_default = None if objective == "elmo" else 0.05
     g.add_argument(
         "--heldout",
-        type=_fraction(zero=True),
+        type=fraction(zero=True),
         default=held_default,
         metavar="F",
         help="the fraction of the text held out for evaluation (0: none; default "
@@ -386,7 +386,7 @@ def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
     if objective in MASKED_LM:
         g.add_argument(
             "--mask-rate",
-            type=_fraction(zero=False),
+            type=fraction(zero=False),
             default=0.15,
             metavar="R",
             help="the fraction of tokens chosen for prediction (80/10/10 rule; default 0.15, BERT's)",
