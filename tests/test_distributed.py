@@ -156,3 +156,27 @@ def test_two_nodes_of_one_process_each(tmp_path, one_process):
     two = _result(tmp_path)
     assert two["world"] == 2
     assert two["loss"] == pytest.approx(one_process["loss"], abs=1e-5)
+
+
+def test_fsdp2_shards_the_loss_module_and_follows_one_process(tmp_path):
+    """The plan beyond one GPU's memory, run on CPUs with gloo: ``fully_shard`` on each encoder
+    layer and then on the loss-module wrapper the loop gives DDP. Each of 2 processes holds
+    half of the parameters (and so of the gradients and AdamW moments), and the loss curve and
+    the gathered parameters are those of one unsharded process."""
+    worker = ROOT / "tests" / "fsdp_train.py"
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = subprocess.run([sys.executable, str(worker), str(tmp_path / "one")], env=_env(),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone"]
+    two = subprocess.run([*launcher, str(worker), str(tmp_path / "two")], env=_env(),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = (torch.load(tmp_path / d / "fsdp.pt", weights_only=True) for d in ("one", "two"))
+    assert a["world"] == 1 and b["world"] == 2
+    assert a["held"] == 1.0 and b["held"] == pytest.approx(0.5, abs=0.01)  # really sharded
+    assert b["loss"] == pytest.approx(a["loss"], abs=1e-5)
+    assert a["loss"][-1] < a["loss"][0]  # it trains
+    for name, p in a["params"].items():
+        torch.testing.assert_close(b["params"][name], p, atol=1e-5, rtol=1e-4)
