@@ -11,12 +11,8 @@ SUBCOMMAND_MODULES = [
     "course_lib.book",
     "course_lib.notebooks",
     "course_lib.grading.cli",
-    "course_lib.recipes.bert_command",
-    "course_lib.recipes.elmo",
-    "course_lib.recipes.xlnet",
-    "course_lib.recipes.transfo_xl",
-    "course_lib.recipes.distill",
-    "course_lib.recipes.train_command",
+    "course_lib.recipes.train_command",  # course train OBJECTIVE: every recipe's command
+    "course_lib.recipes.finetune_command",
     "course_lib.export",
     "course_lib.evaluate",
     "course_lib.bench",
@@ -37,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args._argv = argv  # (course train re-reads its options over a --config file's values)
     return int(args.func(args) or 0)
 
 

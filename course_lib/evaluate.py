@@ -7,7 +7,15 @@ held-out text, as JSON on stdout (a progress bar on stderr).
   Salazar et al. 2020): ``pll_per_token`` and ``pseudo_perplexity``;
 * the causal BERT: next-token ``lm_loss``, ``lm_accuracy`` and ``perplexity``;
 * XLNet: ``plm_loss``, ``plm_accuracy`` and ``perplexity`` over one random factorisation order
-  per row (seeded), the last 1/K of each order predicted as in training.
+  per row (seeded), the last 1/K of each order predicted as in training;
+* ELMo's biLM: ``forward_loss`` and ``backward_loss`` (each word from the words before it,
+  and from the words after it), ``forward_perplexity``, ``backward_perplexity`` and
+  ``perplexity`` = exp of their mean (what ``course train elmo`` reports), over every held-out
+  sentence (cut to the training's ``--max-len`` words);
+* Transformer-XL: ``lm_loss`` and ``perplexity`` with the memory (rows of the training's
+  segments, read segment by segment, the memory carried across them), and
+  ``lm_loss_no_memory`` / ``perplexity_no_memory`` with every segment read on its own, over
+  the same tokens.
 
 The text is read as ``course train`` reads it (same ``--encoding``, same checks), packed into
 rows of the model's training length.
@@ -31,9 +39,7 @@ __all__ = ["evaluate_folder", "register", "main"]
 def _rows(model_dir: Path, documents: list, tokenizer: Any, max_len: int | None) -> dict[str, torch.Tensor]:
     from .objectives.pretraining import pretraining_examples
 
-    meta_path = model_dir / "model.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    length = max_len or (meta.get("recipe") or {}).get("max_len") or 128
+    length = max_len or _recipe(model_dir).get("max_len") or 128
     return pretraining_examples(documents, tokenizer, max_len=int(length), pair_task=None, row_unit="block")
 
 
@@ -151,6 +157,90 @@ def _permutation_lm(model, examples, *, seed, batch_size, progress) -> dict[str,
     }
 
 
+def _recipe(model_dir: Path) -> dict[str, Any]:
+    meta_path = model_dir / "model.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return meta.get("recipe") or {}
+
+
+@torch.no_grad()
+def _elmo(model_dir: Path, data: str, *, batch_size, max_len, max_rows, device, progress) -> dict[str, Any]:
+    from .data.text_files import load_sentences
+    from .recipes.elmo import ElmoLMData, load_pretrained_elmo
+
+    model, vocab = load_pretrained_elmo(model_dir, device=device)
+    sentences = load_sentences(data)
+    if max_rows is not None:
+        sentences = sentences[:max_rows]
+    if not sentences:
+        raise ValueError(f"{data}: no sentences to score")
+    length = int(max_len or _recipe(model_dir).get("max_len") or 64)
+    table = ElmoLMData(sentences, vocab, max_len=length)
+    sums = {"forward": 0.0, "backward": 0.0}
+    count = 0
+    n = len(sentences)
+    for sl in _batches(n, batch_size, "biLM", progress):
+        batch = {k: v.to(device) for k, v in table.batch(range(sl.start, sl.stop)).items()}
+        out = model.lm_loss(batch["char_ids"], batch["word_ids"], batch["mask"])
+        sums["forward"] += out.forward.item() * out.n_predictions
+        sums["backward"] += out.backward.item() * out.n_predictions
+        count += out.n_predictions
+    forward, backward = sums["forward"] / count, sums["backward"] / count
+    return {
+        "rows": n,
+        "forward_loss": forward,
+        "backward_loss": backward,
+        "forward_perplexity": math.exp(min(forward, 50.0)),
+        "backward_perplexity": math.exp(min(backward, 50.0)),
+        "perplexity": math.exp(min((forward + backward) / 2, 50.0)),
+        "tokens": count,
+    }
+
+
+@torch.no_grad()
+def _transfo_xl(
+    model_dir: Path, data: str, *, batch_size, max_len, max_rows, device, progress
+) -> dict[str, Any]:
+    from .data.text_files import load_documents
+    from .models.transfo_xl import TransfoXLLMHeadModel
+    from .recipes.common import load_pretrained
+    from .recipes.transfo_xl import evaluate_transfo_xl, stream_rows, token_stream
+
+    model, tokenizer = load_pretrained(model_dir, expected=TransfoXLLMHeadModel, device=device)
+    recipe = _recipe(model_dir)
+    segment_len = int(max_len or recipe.get("max_len") or 32)
+    per_row = int(recipe.get("segments_per_row") or 4)
+    rows = stream_rows(token_stream(load_documents(data), tokenizer), segment_len * per_row)
+    if max_rows is not None:
+        rows = rows[:max_rows]
+    n = int(rows.size(0))
+    if n == 0:
+        raise ValueError(
+            f"{data}: fewer tokens than one row of {segment_len * per_row} "
+            f"({per_row} segments of {segment_len})"
+        )
+    sums = {"lm_loss": 0.0, "lm_loss_no_memory": 0.0}
+    count = 0
+    for sl in _batches(n, batch_size, "segments with memory", progress):
+        part = rows[sl]
+        scores = evaluate_transfo_xl(model, part, segment_len=segment_len, batch_size=batch_size)
+        tokens = part.size(0) * (part.size(1) - 1)
+        for k in sums:
+            sums[k] += scores[k] * tokens
+        count += tokens
+    loss, alone = sums["lm_loss"] / count, sums["lm_loss_no_memory"] / count
+    return {
+        "rows": n,
+        "segment_len": segment_len,
+        "mem_len": model.config.mem_len,
+        "lm_loss": loss,
+        "perplexity": math.exp(min(loss, 50.0)),
+        "lm_loss_no_memory": alone,
+        "perplexity_no_memory": math.exp(min(alone, 50.0)),
+        "tokens": count,
+    }
+
+
 def evaluate_folder(
     model_dir: str | Path,
     data: str,
@@ -175,13 +265,37 @@ def evaluate_folder(
         raise FileNotFoundError(
             f"{model_dir} is not a model folder written by `course train` (no config.json)"
         )
-    architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+    try:
+        architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+    except ValueError:
+        raise ValueError(f"{config} is not valid JSON") from None
+    dev = get_device(device)
+    own = {"ElmoLanguageModel": (_elmo, "biLM"), "TransfoXLLMHeadModel": (_transfo_xl, "LM with memory")}
+    if architecture in own:
+        score, kind = own[architecture]
+        scores = score(
+            model_dir,
+            data,
+            batch_size=batch_size,
+            max_len=max_len,
+            max_rows=max_rows,
+            device=dev,
+            progress=progress,
+        )
+        rows = scores.pop("rows")
+        return {
+            "model": str(model_dir),
+            "architecture": architecture,
+            "objective": kind,
+            "data": data,
+            "rows": rows,
+            **scores,
+        }
     if not architecture.startswith(("Bert", "Albert", "Roberta", "XLNet")):
         raise ValueError(
-            f"{model_dir} holds a {architecture}: course eval scores the BERT family, the causal BERT "
-            "and XLNet (ELMo and Transformer-XL report their held-out scores when trained)"
+            f"{model_dir} holds a {architecture}: course eval scores the BERT family, the causal BERT, "
+            "XLNet, ELMo and Transformer-XL"
         )
-    dev = get_device(device)
     model, tokenizer = load_pretrained(model_dir, device=dev)
     documents = load_documents(data)
     examples = _rows(model_dir, documents, tokenizer, max_len)

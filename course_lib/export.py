@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["EXPORTABLE", "export_model", "hf_state_dict", "hf_config", "register", "main"]
+__all__ = ["EXPORTABLE", "export_model", "hf_state_dict", "hf_config", "hf_tokenizer", "register", "main"]
 
 # our architecture -> (transformers config class, model_type, exported architecture)
 EXPORTABLE: dict[str, tuple[str, str, str]] = {
@@ -106,6 +105,19 @@ def hf_config(model: nn.Module, tokenizer: dict[str, Any]) -> Any:
     return config
 
 
+def hf_tokenizer(tokenizer: dict[str, Any]) -> dict[str, Any]:
+    """The tokenizer (``tokenizer.json``'s content) as Hugging Face ships RoBERTa's: its
+    ``<mask>`` (byte-level BPE's mask token) takes the space before it (``lstrip``), so
+    ``"The cat <mask> on the mat."`` puts no lone space token before the mask and the predicted
+    word carries its own leading space, as the model saw words in training. A WordPiece
+    tokenizer's ``[MASK]`` is left as it is (spaces are not tokens there)."""
+    out = json.loads(json.dumps(tokenizer))
+    for token in out.get("added_tokens", []):
+        if token.get("content") == "<mask>":
+            token["lstrip"] = True
+    return out
+
+
 def _special_tokens(tokenizer: dict[str, Any]) -> dict[str, str]:
     added = [t["content"] for t in tokenizer.get("added_tokens", []) if t.get("special")]
     out: dict[str, str] = {}
@@ -160,7 +172,7 @@ def export_model(source: str | Path, out: str | Path) -> Path:
         "clean_up_tokenization_spaces": False,
         **specials,
     }
-    _write_atomically(out / "tokenizer.json", lambda tmp: shutil.copyfile(source / "tokenizer.json", tmp))
+    atomic_write_text(out / "tokenizer.json", json.dumps(hf_tokenizer(tokenizer), ensure_ascii=False))
     atomic_write_text(out / "tokenizer_config.json", json.dumps(tokenizer_config, indent=1))
     atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=1))
     return out

@@ -78,6 +78,7 @@ __all__ = [
     "current_step",
     "resume_settings",
     "loop_overrides",
+    "set_dropout",
     "ResumeMismatch",
 ]
 
@@ -318,6 +319,7 @@ class _Overrides:
     weight_decay: float | None = None
     grad_clip: float | None = None  # 0: no clipping
     keep_last: int | None = None
+    dropout: float | None = None
 
 
 _OVERRIDES: contextvars.ContextVar[_Overrides] = contextvars.ContextVar(
@@ -332,20 +334,70 @@ def loop_overrides(
     weight_decay: float | None = None,
     grad_clip: float | None = None,
     keep_last: int | None = None,
+    dropout: float | None = None,
 ) -> Iterator[None]:
     """Every ``fit`` inside uses these instead of the recipe's values (``None``: the recipe's):
-    warm-up steps, AdamW weight decay, the gradient-norm clip (``0``: none), and how many
-    earlier training states to keep beside the latest (``state-<step>.pt``; default none)."""
+    warm-up steps, AdamW weight decay, the gradient-norm clip (``0``: none), how many
+    earlier training states to keep beside the latest (``state-<step>.pt``; default none), and
+    every dropout probability of the trained model (:func:`set_dropout`)."""
     for name, v in (("warmup", warmup), ("weight_decay", weight_decay), ("grad_clip", grad_clip)):
         if v is not None and v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"keep_last must be positive, got {keep_last}")
-    token = _OVERRIDES.set(_Overrides(warmup, weight_decay, grad_clip, keep_last))
+    if dropout is not None and not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    token = _OVERRIDES.set(_Overrides(warmup, weight_decay, grad_clip, keep_last, dropout))
     try:
         yield
     finally:
         _OVERRIDES.reset(token)
+
+
+# the configuration fields that hold a dropout probability (BERT/ALBERT/RoBERTa: Hugging Face's
+# names; XLNet, Transformer-XL, ELMo: ``dropout``, ``dropatt``)
+DROPOUT_FIELDS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "classifier_dropout_prob",
+    "dropout",
+    "dropatt",
+)
+
+
+def set_dropout(model: nn.Module, p: float) -> nn.Module:
+    """Every dropout of the networks ``model`` trains set to ``p``, as a network built from
+    its configuration with each dropout field (:data:`DROPOUT_FIELDS`) set to ``p`` has them:
+    the configuration is changed (a saved ``config.json`` records ``p``), and the probability
+    of each ``nn.Dropout`` and attention module is copied from such a network built on the meta
+    device (so a dropout the architecture does not have, e.g. between BERT's feed-forward
+    matrices, stays off). Networks without a trainable parameter (a frozen teacher) are left
+    alone. Returns ``model``."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {p}")
+    done: list[str] = []
+    for prefix, module in model.named_modules():
+        config = getattr(module, "config", None)
+        names = [n for n in DROPOUT_FIELDS if isinstance(getattr(config, n, None), float)]
+        if not names or any(prefix.startswith(d + ".") or d == "" for d in done):
+            continue
+        if not any(q.requires_grad for q in module.parameters()):
+            continue
+        for name in names:
+            object.__setattr__(config, name, p)
+        with torch.device("meta"):
+            fresh = type(module)(config)
+        rates = dict(fresh.named_modules())
+        for name, sub in module.named_modules():
+            twin = rates.get(name)
+            if isinstance(sub, nn.Dropout) and isinstance(twin, nn.Dropout):
+                sub.p = twin.p
+            elif isinstance(getattr(sub, "dropout", None), float) and twin is not None:
+                sub.dropout = float(twin.dropout)
+        done.append(prefix)
+    if not done:
+        raise ValueError(f"{type(model).__name__} has no configuration with a dropout to set")
+    return model
 
 
 class _Termination:
@@ -654,6 +706,8 @@ def fit(
         weight_decay = overrides.weight_decay
     if overrides.grad_clip is not None:
         grad_clip = overrides.grad_clip or None
+    if overrides.dropout is not None:
+        set_dropout(model, overrides.dropout)
     warmup = max(1, steps // 20) if warmup is None else warmup
     if optimizer is None:
         decay, no_decay = [], []

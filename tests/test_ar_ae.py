@@ -1,6 +1,6 @@
 """course_lib.analysis.ar_ae: AR vs AE language models, checked against brute force on tiny
 random models (each check beside a deliberately wrong computation that it would catch); the
-right-to-left LM (reversed rows, the recipe's ``direction``, ``course pretrain-bert --causal``),
+right-to-left LM (reversed rows, the recipe's ``direction``, ``course train causal``),
 one hidden token from either side and the grid of two-word names."""
 
 from __future__ import annotations
@@ -640,7 +640,7 @@ def test_a_right_to_left_lm_is_the_causal_recipe_on_reversed_blocks(docs, tok):
 
 def test_cli_trains_a_right_to_left_lm_and_records_the_direction(tmp_path):
     out = tmp_path / "r2l"
-    args = ["pretrain-bert", "--out", str(out), "--n-docs", "40", "--causal", "right-to-left"]
+    args = ["train", "causal", "--out", str(out), "--n-docs", "40", "--causal", "right-to-left"]
     args += ["--size", "tiny", "--steps", "3", "--batch-size", "4", "--max-len", "32", "--vocab-size", "300"]
     assert course_main(args) == 0
     model, _ = load_pretrained(out)

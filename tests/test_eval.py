@@ -72,11 +72,78 @@ def test_pseudo_log_likelihood_and_json_output(models, tmp_path, capsys):
 
 def test_eval_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys):
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text('{"architecture": "ElmoLanguageModel"}')
+    (tmp_path / "m" / "config.json").write_text('{"architecture": "BigramCounter"}')
     assert main(["eval", str(tmp_path / "m"), "--data", "x.txt"]) == 2
     assert main(["eval", str(tmp_path / "nothing"), "--data", "x.txt"]) == 2
+    (tmp_path / "e").mkdir()  # an ELMo folder without its weights
+    (tmp_path / "e" / "config.json").write_text('{"architecture": "ElmoLanguageModel"}')
+    assert main(["eval", str(tmp_path / "e"), "--data", "x.txt"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "ElmoLanguageModel" in err[0] and "not a model folder" in err[1]
+    assert len(err) == 3 and "BigramCounter" in err[0] and "not a model folder" in err[1]
+    assert "model.safetensors is missing" in err[2] and "course train elmo" in err[2]
+
+
+@pytest.fixture(scope="module")
+def own_scorers(tmp_path_factory):
+    """An ELMo and a Transformer-XL trained for a few steps, and held-out text."""
+    root = tmp_path_factory.mktemp("own")
+    from course_lib.data import load_documents
+
+    held = root / "held.txt"
+    held.write_text("\n\n".join(d.text for d in load_documents(None, n_docs=30, seed=5)) + "\n")
+    for objective in ("elmo", "transfo-xl"):
+        argv = ["train", objective, "--data", "generated", "--size", "tiny", "--steps", "3"]
+        assert main([*argv, "--out", str(root / objective)]) == 0
+    return root, held
+
+
+def test_eval_scores_elmo_as_its_recipe_does(own_scorers):
+    """Both directions' losses over every held-out sentence, each batch weighted by its
+    predictions (the batch size does not change them), equal to the recipe's evaluate_lm on
+    the whole set at once; perplexity is exp of the directions' mean, as course train reports."""
+    from course_lib.data.text_files import load_sentences
+    from course_lib.recipes.elmo import ElmoLMData, evaluate_lm, load_pretrained_elmo
+
+    root, held = own_scorers
+    small = evaluate_folder(root / "elmo", str(held), batch_size=7, progress=False)
+    large = evaluate_folder(root / "elmo", str(held), batch_size=4096, progress=False)
+    model, vocab = load_pretrained_elmo(root / "elmo")
+    sentences = load_sentences(str(held))
+    table = ElmoLMData(sentences, vocab, max_len=64)
+    ref = evaluate_lm(model, table.batch(range(len(sentences))), prefix=False)
+    assert small["rows"] == len(sentences) and small["objective"] == "biLM"
+    for key in ("forward_loss", "backward_loss"):
+        assert small[key] == pytest.approx(ref[key], abs=1e-5)
+        assert large[key] == pytest.approx(ref[key], abs=1e-5)
+    assert small["forward_loss"] != pytest.approx(small["backward_loss"], abs=1e-6)  # two real directions
+    mean = (small["forward_loss"] + small["backward_loss"]) / 2
+    assert small["perplexity"] == pytest.approx(float(torch.tensor(mean).exp()), rel=1e-6)
+
+
+def test_eval_scores_transformer_xl_with_and_without_memory(own_scorers, capsys):
+    from course_lib.data.text_files import load_documents
+    from course_lib.recipes.common import load_pretrained
+    from course_lib.recipes.transfo_xl import evaluate_transfo_xl, stream_rows, token_stream
+
+    root, held = own_scorers
+    model, tok = load_pretrained(root / "transfo-xl")
+    rows = stream_rows(token_stream(load_documents(str(held)), tok), 32 * 4)  # the training's rows
+    ref = evaluate_transfo_xl(model, rows, segment_len=32)
+    ours = evaluate_folder(root / "transfo-xl", str(held), batch_size=3, progress=False)
+    assert ours["rows"] == rows.size(0) and ours["mem_len"] == model.config.mem_len == 32
+    assert ours["lm_loss"] == pytest.approx(ref["lm_loss"], abs=1e-5)
+    assert ours["lm_loss_no_memory"] == pytest.approx(ref["lm_loss_no_memory"], abs=1e-5)
+    assert ours["lm_loss"] != ours["lm_loss_no_memory"]  # the memory is really carried
+    assert ours["perplexity"] == pytest.approx(float(torch.tensor(ours["lm_loss"]).exp()), rel=1e-6)
+    # the command: JSON on stdout, a progress bar on stderr
+    capsys.readouterr()
+    assert main(["eval", str(root / "transfo-xl"), "--data", str(held), "--batch-size", "4"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["lm_loss"] == pytest.approx(ours["lm_loss"], abs=1e-5)
+    (root / "tiny.txt").write_text("Too short.\n")
+    assert main(["eval", str(root / "transfo-xl"), "--data", str(root / "tiny.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "fewer tokens than one row of 128" in err and len(err.splitlines()) == 1
 
 
 class _Stop(Exception):

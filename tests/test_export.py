@@ -91,3 +91,32 @@ def test_a_model_transformers_has_no_class_for_is_refused_in_one_line(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert "ElmoLanguageModel" in err and len(err.splitlines()) == 1
     assert main(["export", str(tmp_path / "missing"), str(tmp_path / "out")]) == 2
+
+
+def test_the_roberta_export_masks_as_hugging_faces_roberta(exported):
+    """RoBERTa's ``<mask>`` takes the space before it (``lstrip``), as Hugging Face's RoBERTa
+    tokenizer has it: " <mask>" in a text becomes the mask alone, not a lone space token and
+    the mask, and the pipeline's predictions fill the gap with a word that carries its space."""
+    _, hf_dir = exported["roberta"]
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    assert tok.mask_token == "<mask>" and tok.added_tokens_decoder[tok.mask_token_id].lstrip
+    with_mask = tok("the cat <mask> on the mat.")["input_ids"]
+    without = tok("the cat on the mat.")["input_ids"]
+    assert len(with_mask) == len(without) + 1 and with_mask.count(tok.mask_token_id) == 1
+    space = tok.convert_tokens_to_ids("Ġ")
+    where = with_mask.index(tok.mask_token_id)
+    assert with_mask[where - 1] != space  # the control below shows the space token would be there
+    plain = json.loads((hf_dir / "tokenizer.json").read_text())
+    for t in plain["added_tokens"]:
+        if t["content"] == "<mask>":
+            t["lstrip"] = False
+    from tokenizers import Tokenizer
+
+    unstripped = Tokenizer.from_str(json.dumps(plain)).encode("the cat <mask> on the mat.").ids
+    assert unstripped[unstripped.index(tok.mask_token_id) - 1] == space
+    fill = transformers.pipeline("fill-mask", model=str(hf_dir))
+    top = fill("the cat <mask> on the mat.")
+    assert len(top) == 5 and all(t["sequence"].startswith("the cat") for t in top)
+    # the BERT export's [MASK] keeps its WordPiece behaviour
+    bert = transformers.AutoTokenizer.from_pretrained(exported["bert"][1])
+    assert not bert.added_tokens_decoder[bert.mask_token_id].lstrip

@@ -1,5 +1,6 @@
 """The practitioner's options of ``course train``: warm-up, weight decay, gradient clipping,
-keeping the last k states, and SIGTERM (a preemptible machine) saving the state."""
+dropout, masking rate, held-out fraction, keeping the last k states, and SIGTERM (a
+preemptible machine) saving the state."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 
 from course_lib.cli import main
-from course_lib.train import fit, loop_overrides
+from course_lib.train import fit, loop_overrides, set_dropout
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["--data", "generated", "--size", "tiny", "--n-docs", "40", "--batch-size", "8"]
@@ -90,3 +91,90 @@ def test_sigterm_saves_the_state_and_the_resumed_run_ends_as_if_never_stopped(tm
     assert 0 < torch.load(state, weights_only=True)["done"] < 60
     subprocess.run([*cmd, "--out", str(stopped), "--resume"], env=env, check=True, capture_output=True)
     assert (whole / "model.safetensors").read_bytes() == (stopped / "model.safetensors").read_bytes()
+
+
+def _tiny_bert():
+    from course_lib.models.bert import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)  # fmt: skip
+    return BertForMaskedLM(config)
+
+
+def test_set_dropout_sets_what_the_configuration_implies():
+    model = _tiny_bert()
+    ids = torch.randint(5, 40, (2, 10))
+    model.train()
+    with torch.no_grad():
+        noisy = model(input_ids=ids).logits  # the recipe's dropout 0.1: train mode is random
+    set_dropout(model, 0.0)
+    with torch.no_grad():
+        train_mode = model(input_ids=ids).logits
+        model.eval()
+        eval_mode = model(input_ids=ids).logits
+    assert not torch.allclose(noisy, eval_mode)  # the control: dropout was on
+    torch.testing.assert_close(train_mode, eval_mode)  # and now every dropout is off
+    set_dropout(model, 0.3)
+    assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.3
+    rates = {name: m.p for name, m in model.named_modules() if isinstance(m, nn.Dropout)}
+    assert any(p == 0.3 for p in rates.values())
+    # BERT has no dropout between the feed-forward matrices: it stays off
+    assert all(p == 0.0 for name, p in rates.items() if ".ffn." in name)
+    teacher = _tiny_bert().requires_grad_(False)  # a frozen network is left alone
+    holder = nn.ModuleDict({"student": model, "teacher": teacher})
+    set_dropout(holder, 0.2)
+    assert model.config.hidden_dropout_prob == 0.2 and teacher.config.hidden_dropout_prob == 0.1
+    with pytest.raises(ValueError, match="dropout must be in"):
+        set_dropout(model, 1.0)
+
+
+def test_dropout_mask_rate_and_heldout_reach_the_recipe(tmp_path, monkeypatch):
+    import course_lib.recipes.bert_command as bert
+
+    seen = {}
+    real = bert.pretrain_bert
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bert, "pretrain_bert", spy)
+    out = tmp_path / "m"
+    argv = ["train", "bert", *TRAIN, "--steps", "2", "--out", str(out)]
+    assert main([*argv, "--dropout", "0", "--mask-rate", "0.4", "--heldout", "0.25"]) == 0
+    assert seen["mlm_probability"] == 0.4 and seen["heldout"] == 0.25
+    config = json.loads((out / "config.json").read_text())
+    assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.0
+    assert main([*argv, "--heldout", "0", "--out", str(tmp_path / "n")]) == 0
+    assert seen["heldout"] is None and seen["mlm_probability"] == 0.15  # 0: nothing held out
+    config = json.loads((tmp_path / "n" / "config.json").read_text())
+    assert config["hidden_dropout_prob"] == 0.1  # the recipe's without --dropout
+
+
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["train", "bert", "--dropout", "1"], "--dropout: must be in [0, 1), got 1"),
+        (["train", "bert", "--mask-rate", "0"], "--mask-rate: must be in (0, 1), got 0"),
+        (["train", "xlnet", "--heldout", "-0.1"], "--heldout: must be in [0, 1), got -0.1"),
+        (["train", "xlnet", "--mask-rate", "0.2"], "unrecognized arguments: --mask-rate"),
+        (["train", "elmo", "--dropout", "x"], "--dropout: not a number: x"),
+    ],
+)
+def test_bad_regularisation_values_are_one_line(argv, named, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--out", str(tmp_path / "o")])
+    assert stop.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_regularisation_values_in_a_config_file_are_checked(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text("dropout = 1.5\n")
+    assert main(["train", "bert", *TRAIN, "--config", str(config), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "dropout = 1.5: must be in [0, 1)" in err and len(err.splitlines()) == 1
+    config.write_text('mask-rate = "often"\n')
+    assert main(["train", "roberta", *TRAIN, "--config", str(config), "--out", str(tmp_path / "o")]) == 2
+    assert "mask-rate = 'often': not a number" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """course_lib.recipes.bert: pretraining and fine-tuning end to end on tiny models, the
-`course pretrain-bert` command on generated and user text, and its error messages."""
+`course train bert` command on generated and user text, and its error messages."""
 
 from __future__ import annotations
 
@@ -528,7 +528,7 @@ def test_cli_on_user_text_writes_a_checkpoint_that_loads(tmp_path, capsys):
     out = tmp_path / "model"
     assert (
         course_main(
-            ["pretrain-bert", "--text", str(tmp_path / "text" / "*.txt"), "--out", str(out), *CLI_TINY]
+            ["train", "bert", "--text", str(tmp_path / "text" / "*.txt"), "--out", str(out), *CLI_TINY]
         )
         == 0
     )
@@ -554,7 +554,8 @@ def test_cli_generated_corpus_without_nsp(tmp_path):
     assert (
         course_main(
             [
-                "pretrain-bert",
+                "train",
+                "bert",
                 "--out",
                 str(out),
                 "--n-docs",
@@ -576,7 +577,8 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     assert (
         course_main(
             [
-                "pretrain-bert",
+                "train",
+                "bert",
                 "--text",
                 str(tmp_path / "missing" / "*.txt"),
                 "--out",
@@ -590,11 +592,11 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     (tmp_path / "one.txt").write_text("Only one paragraph here. It has two sentences.")
     assert (
         course_main(
-            ["pretrain-bert", "--text", str(tmp_path / "one.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]
+            ["train", "bert", "--text", str(tmp_path / "one.txt"), "--out", str(tmp_path / "o"), *CLI_TINY]
         )
         == 2
     )
     assert "--pair-task none" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit):
-        course_main(["pretrain-bert", "--out", str(tmp_path / "o"), "--steps", "0"])
+        course_main(["train", "bert", "--out", str(tmp_path / "o"), "--steps", "0"])

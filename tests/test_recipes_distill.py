@@ -1,7 +1,7 @@
 """course_lib.recipes.distill: the pre-softmax attention scores, model_states, student_config, every
 method of `distill` on a tiny tagger (its stages, metrics, schedule, which weights each stage
 trains), knowledge transfer through untagged sentences, caching, general distillation of a
-masked LM, `course distill` end to end, and the errors."""
+masked LM, `course train distill` end to end, and the errors."""
 
 from __future__ import annotations
 
@@ -478,7 +478,18 @@ def text_and_teacher(tmp_path, mlm_teacher, tok):
 def test_cli_distils_a_saved_teacher_into_a_loadable_student(text_and_teacher, tok, tmp_path, capsys):
     text, teacher_dir = text_and_teacher
     out = tmp_path / "student"
-    argv = ["distill", "--teacher", str(teacher_dir), "--text", str(text), "--out", str(out), "--steps", "3"]
+    argv = [
+        "train",
+        "distill",
+        "--teacher",
+        str(teacher_dir),
+        "--text",
+        str(text),
+        "--out",
+        str(out),
+        "--steps",
+        "3",
+    ]
     argv += ["--batch-size", "4", "--layers", "1", "--hidden", "16", "--device", "cpu"]
     assert course_main([*argv, "--method", "tinybert", "--first-steps", "2"]) == 0
     printed = capsys.readouterr().out
@@ -491,15 +502,24 @@ def test_cli_distils_a_saved_teacher_into_a_loadable_student(text_and_teacher, t
     meta = json.loads((out / "model.json").read_text())
     assert meta["recipe"]["method"] == "tinybert" and len(meta["history"]["loss"]) == 5
     # the module entry point is the same command
-    assert distill_module.main(argv[1:]) == 0
+    assert distill_module.main(argv[2:]) == 0
     assert "(kd) for 3 steps" in capsys.readouterr().out
 
 
 def test_cli_names_a_missing_teacher_file(text_and_teacher, tmp_path, capsys):
     text, _ = text_and_teacher
     out = tmp_path / "student"
-    argv = ["distill", "--teacher", str(tmp_path / "nothing"), "--text", str(text), "--out", str(out)]
+    argv = [
+        "train",
+        "distill",
+        "--teacher",
+        str(tmp_path / "nothing"),
+        "--text",
+        str(text),
+        "--out",
+        str(out),
+    ]
     assert course_main([*argv, "--steps", "1", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "course distill:" in err and str(tmp_path / "nothing" / "config.json") in err
+    assert "course train distill:" in err and str(tmp_path / "nothing" / "config.json") in err
     assert "Traceback" not in err and not out.exists()

@@ -1,4 +1,4 @@
-"""The ELMo recipe: data tables and batches, a tiny training run, caching, `course train-elmo`
+"""The ELMo recipe: data tables and batches, a tiny training run, caching, `course train elmo`
 (on the corpus and on a user's text files), loading what it writes, and clear errors."""
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ def test_cache_name_trains_once_then_loads(corpus, tmp_path, monkeypatch):
 def test_cli_writes_a_checkpoint_that_loads(tmp_path, capsys):
     out = tmp_path / "elmo"
     args = [
-        "train-elmo",
+        "train",
+        "elmo",
         "--size",
         "tiny",
         "--steps",
@@ -200,7 +201,8 @@ def test_cli_trains_on_the_users_text_files(tmp_path, capsys):
     assert (
         course_main(
             [
-                "train-elmo",
+                "train",
+                "elmo",
                 "--text",
                 str(folder / "*.txt"),
                 "--size",
@@ -226,7 +228,8 @@ def test_clear_errors(tmp_path, corpus, capsys):
     assert (
         course_main(
             [
-                "train-elmo",
+                "train",
+                "elmo",
                 "--text",
                 str(tmp_path / "nope.txt"),
                 "--size",
@@ -242,7 +245,8 @@ def test_clear_errors(tmp_path, corpus, capsys):
     assert (
         course_main(
             [
-                "train-elmo",
+                "train",
+                "elmo",
                 "--text",
                 str(tmp_path / "empty.txt"),
                 "--size",
@@ -258,7 +262,8 @@ def test_clear_errors(tmp_path, corpus, capsys):
     assert (
         course_main(
             [
-                "train-elmo",
+                "train",
+                "elmo",
                 "--text",
                 str(tmp_path / "short.txt"),
                 "--size",
@@ -271,7 +276,7 @@ def test_clear_errors(tmp_path, corpus, capsys):
     )
     assert "batch_size" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        course_main(["train-elmo", "--steps", "0", "--out", str(tmp_path / "x")])
+        course_main(["train", "elmo", "--steps", "0", "--out", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
     # the functions
     with pytest.raises(ValueError, match="unknown size"):
@@ -288,7 +293,7 @@ def test_clear_errors(tmp_path, corpus, capsys):
         pretrain_elmo("tiny", corpus, steps=0, device="cpu")
     with pytest.raises(TypeError, match="ElmoConfig"):
         pretrain_elmo(42, corpus, steps=1, device="cpu")  # type: ignore[arg-type]
-    with pytest.raises(FileNotFoundError, match="train-elmo"):
+    with pytest.raises(FileNotFoundError, match="course train elmo"):
         load_pretrained_elmo(tmp_path / "missing")
 
 

@@ -1,5 +1,5 @@
 """course_lib.recipes.transfo_xl: Transformer-XL pretraining with segment recurrence on a tiny
-model, its loss against segmented_nll, the held-out evaluation, `course pretrain-transfo-xl`
+model, its loss against segmented_nll, the held-out evaluation, `course train transfo-xl`
 on user text, and its errors."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_cli_on_user_text_writes_a_model_that_loads(tmp_path, capsys):
         * 6
     )
     out = tmp_path / "model"
-    argv = ["pretrain-transfo-xl", "--text", str(text), "--out", str(out), "--size", "tiny", "--steps", "3"]
+    argv = ["train", "transfo-xl", "--text", str(text), "--out", str(out), "--size", "tiny", "--steps", "3"]
     argv += [
         "--batch-size",
         "2",
@@ -148,7 +148,7 @@ def test_cli_on_user_text_writes_a_model_that_loads(tmp_path, capsys):
 def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     text = tmp_path / "one.txt"
     text.write_text("Too little text.\n")
-    argv = ["pretrain-transfo-xl", "--text", str(text), "--out", str(tmp_path / "m"), "--size", "tiny"]
+    argv = ["train", "transfo-xl", "--text", str(text), "--out", str(tmp_path / "m"), "--size", "tiny"]
     assert course_main([*argv, "--steps", "2", "--device", "cpu"]) == 2
-    assert "course pretrain-transfo-xl:" in capsys.readouterr().err
+    assert "course train transfo-xl:" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

@@ -1,5 +1,5 @@
 """course_lib.recipes.xlnet: permutation-LM pretraining end to end on a tiny XLNet, its held-out
-evaluation against factorised_log_prob, `course pretrain-xlnet` on user text, and its errors."""
+evaluation against factorised_log_prob, `course train xlnet` on user text, and its errors."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_cli_on_user_text_writes_a_model_that_loads(tmp_path, capsys):
         "Trains leave at noon. The station is crowded. Nobody knows the way.\n"
     )
     out = tmp_path / "model"
-    argv = ["pretrain-xlnet", "--text", str(text), "--out", str(out), "--size", "tiny", "--steps", "4"]
+    argv = ["train", "xlnet", "--text", str(text), "--out", str(out), "--size", "tiny", "--steps", "4"]
     argv += ["--batch-size", "2", "--max-len", "16", "--vocab-size", "200", "--device", "cpu", "--K", "2"]
     assert course_main(argv) == 0
     printed = capsys.readouterr().out
@@ -132,7 +132,7 @@ def test_cli_on_user_text_writes_a_model_that_loads(tmp_path, capsys):
 def test_cli_reports_bad_input_without_a_traceback(tmp_path, capsys):
     text = tmp_path / "one.txt"
     text.write_text("Too little text.\n")
-    argv = ["pretrain-xlnet", "--text", str(text), "--out", str(tmp_path / "m"), "--size", "tiny"]
+    argv = ["train", "xlnet", "--text", str(text), "--out", str(tmp_path / "m"), "--size", "tiny"]
     assert course_main([*argv, "--steps", "2", "--device", "cpu"]) == 2
-    assert "course pretrain-xlnet:" in capsys.readouterr().err
+    assert "course train xlnet:" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

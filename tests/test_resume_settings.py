@@ -37,6 +37,9 @@ def run(tmp_path_factory) -> Path:
         (["--vocab-size", "300"], "--vocab-size"),
         (["--size", "small"], "another shape"),
         (["--steps", "8"], "--steps 6 (saved) vs 8 (now)"),
+        (["--dropout", "0"], "--dropout"),
+        (["--mask-rate", "0.3"], "--mask-rate 0.15 (saved) vs 0.3 (now)"),
+        (["--heldout", "0.1"], "--heldout 0.05 (saved) vs 0.1 (now)"),
     ],
 )
 def test_a_resume_with_a_changed_setting_is_refused_naming_it(run, change, named, capsys):

@@ -1,7 +1,7 @@
 """ALBERT's sentence-order prediction (SOP) in the shared BERT recipe: the pairs
 (course_lib.objectives.pairs.make_sop_pairs), their packing and label column, the loss and
 the held-out accuracy for a model whose pair_objective is "sop", pretrain_bert and
-`course pretrain-bert --pair-task sop` end to end on tiny models, and the errors when the
+`course train bert --pair-task sop` end to end on tiny models, and the errors when the
 data's pair task and the model's head disagree."""
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def test_pretrain_bert_rejects_a_pair_task_the_model_has_no_head_for(docs, tok):
         )
 
 
-# --- course pretrain-bert ---------------------------------------------------------------------
+# --- course train bert -------------------------------------------------------------------------
 
 CLI_TINY = [
     "--size",
@@ -388,7 +388,7 @@ CLI_TINY = [
 
 def test_cli_pair_task_sop_and_architecture(tmp_path, capsys):
     out = tmp_path / "albert"
-    args = ["pretrain-bert", "--out", str(out), "--n-docs", "40", "--pair-task", "sop"]
+    args = ["train", "bert", "--out", str(out), "--n-docs", "40", "--pair-task", "sop"]
     assert (
         course_main([*args, "--architecture", "AlbertForPreTraining", "--pair-unit", "segment", *CLI_TINY])
         == 0
@@ -401,30 +401,18 @@ def test_cli_pair_task_sop_and_architecture(tmp_path, capsys):
     assert "sop_accuracy" in meta["heldout"] and "sop_loss" in meta["history"]["metrics"]
     model, tok = load_pretrained(out)
     assert type(model) is AlbertForPreTraining and model.config.vocab_size == tok.get_vocab_size()
-    # the architecture alone brings its pair task; --pair-task alone finds the registered SOP model
+    # the albert objective brings the architecture and its pair task; --pair-task alone finds the
+    # registered SOP model
     arch_only = tmp_path / "arch"
-    assert (
-        course_main(
-            [
-                "pretrain-bert",
-                "--out",
-                str(arch_only),
-                "--n-docs",
-                "40",
-                "--architecture",
-                "AlbertForPreTraining",
-                *CLI_TINY,
-            ]
-        )
-        == 0
-    )
+    assert course_main(["train", "albert", "--out", str(arch_only), "--n-docs", "40", *CLI_TINY]) == 0
     assert json.loads((arch_only / "model.json").read_text())["heldout"].keys() >= {"sop_accuracy"}
+    assert json.loads((arch_only / "config.json").read_text())["architecture"] == "AlbertForPreTraining"
     sop_classes = [n for n, c in MODEL_CLASSES.items() if getattr(c, "pair_objective", None) == "sop"]
     assert sop_classes == ["AlbertForPreTraining"]
     task_only = tmp_path / "task"
     assert (
         course_main(
-            ["pretrain-bert", "--out", str(task_only), "--n-docs", "40", "--pair-task", "sop", *CLI_TINY]
+            ["train", "bert", "--out", str(task_only), "--n-docs", "40", "--pair-task", "sop", *CLI_TINY]
         )
         == 0
     )
@@ -434,14 +422,14 @@ def test_cli_pair_task_sop_and_architecture(tmp_path, capsys):
 def test_cli_pair_task_none_keeps_no_nsp_and_reports_mismatches(tmp_path, capsys):
     out = tmp_path / "mlm"
     assert (
-        course_main(["pretrain-bert", "--out", str(out), "--n-docs", "40", "--pair-task", "none", *CLI_TINY])
+        course_main(["train", "bert", "--out", str(out), "--n-docs", "40", "--pair-task", "none", *CLI_TINY])
         == 0
     )
     model, _ = load_pretrained(out)
     assert type(model) is BertForMaskedLM
     capsys.readouterr()
     bad = tmp_path / "bad"
-    base = ["pretrain-bert", "--out", str(bad), "--n-docs", "40", *CLI_TINY]
+    base = ["train", "bert", "--out", str(bad), "--n-docs", "40", *CLI_TINY]
     assert course_main([*base, "--pair-task", "sop", "--architecture", "BertForMaskedLM"]) == 2
     assert "pair_objective=None" in capsys.readouterr().err
     assert course_main([*base, "--architecture", "NoSuchModel"]) == 2

@@ -128,10 +128,30 @@ def test_other_objectives_train_with_accumulation(tmp_path, objective, extra, mo
     assert len(meta["history"]["loss"]) == 2 and meta["recipe"]["accumulate"] == 2
 
 
-def test_old_command_names_stay_as_aliases():
+def test_course_train_is_the_only_training_command(capsys):
     for command in ("pretrain-bert", "train-elmo", "pretrain-xlnet", "pretrain-transfo-xl", "distill"):
-        args = _parse(command, "--out", "o", *(["--teacher", "t"] if command == "distill" else []))
-        assert args.accumulate == 1 and args.precision == "auto"
+        with pytest.raises(SystemExit):
+            _parse(command, "--out", "o")
+        assert "invalid choice" in capsys.readouterr().err
+    from course_lib.recipes import train_command
+
+    assert "_given_on_command_line" not in vars(train_command)  # the config goes through set_defaults
+
+
+def test_a_config_file_can_change_a_preset_and_the_command_line_wins_over_it(tmp_path, monkeypatch):
+    """The file's values are the parser's defaults (over the objective's presets); the command
+    line is parsed over them."""
+    import course_lib.recipes.bert_command as bert
+
+    seen = {}
+    monkeypatch.setattr(
+        bert, "pretrain_bert", lambda *a, **k: seen.update(k) or (_ for _ in ()).throw(ValueError("stop"))
+    )
+    config = tmp_path / "run.toml"
+    config.write_text('pair-task = "none"\nsteps = 7\nmask-rate = 0.3\ndata = "generated"\nn-docs = 40\n')
+    argv = ["train", "bert", "--config", str(config), "--out", str(tmp_path / "o"), "--steps", "5"]
+    assert main(argv) == 2  # (the spy stops the run once it has the arguments)
+    assert seen["pair_task"] is None and seen["steps"] == 5 and seen["mlm_probability"] == 0.3
 
 
 def test_albert_and_distill_train_and_a_distill_run_resumes(tmp_path, monkeypatch):

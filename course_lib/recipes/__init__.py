@@ -1,2 +1,2 @@
 """Training recipes: the project's own pretraining and fine-tuning code, shared by the chapters
-and by the ``course`` command line (``course pretrain-bert ...``). One module per model family."""
+and by the ``course`` command line (``course train bert ...``). One module per model family."""

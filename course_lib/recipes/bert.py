@@ -1,8 +1,8 @@
-r"""Pretraining BERT: the recipe the chapter runs and ``course pretrain-bert`` runs.
+r"""Pretraining BERT: the recipe the chapter runs and ``course train bert`` runs.
 
 One set of functions serves three users: the BERT chapter (a small model on the generated
 corpus, on a CPU, inside :func:`~course_lib.checkpoints.train_or_load`), a reader with a GPU
-and their own text (``course pretrain-bert --text 'books/*.txt' --device cuda --size
+and their own text (``course train bert --text 'books/*.txt' --device cuda --size
 base-like``), and the tests (a tiny model for a few steps).
 
 **Pretraining** (Devlin et al. 2019, §3.1). Documents become sentence pairs
@@ -27,7 +27,7 @@ ids) and :mod:`course_lib.objectives.pretraining` (pairs or blocks, the masker, 
 metrics); fine-tuning is :mod:`course_lib.recipes.finetune`; sizes, learning rates and model
 folders are shared with every recipe (:mod:`course_lib.recipes.common`).
 
-The command line (``course pretrain-bert``, ``course train bert|roberta|albert|causal``) is
+The command line (``course train bert|roberta|albert|causal``) is
 :mod:`course_lib.recipes.bert_command`.
 """
 

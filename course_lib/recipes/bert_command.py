@@ -1,10 +1,10 @@
-"""``course pretrain-bert``: the command line of the BERT family's recipe
+"""``course train bert``: the command line of the BERT family's recipe
 (:func:`~course_lib.recipes.bert.pretrain_bert`), which ``course train bert``, ``roberta``,
 ``albert`` and ``causal`` run with their presets (:mod:`course_lib.recipes.train_command`).
 
 Command line::
 
-    course pretrain-bert --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small|base-like]
+    course train bert --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small|base-like]
         [--pair-task nsp|sop|none] [--pair-unit sentence|segment] [--architecture CLASS]
 
 writes ``DIR/model.safetensors`` (+ ``model.json`` with the training history),
@@ -72,7 +72,8 @@ def _cmd(args: argparse.Namespace) -> int:
             causal=args.causal is not None,
             direction=(args.causal or "left-to-right").replace("-", "_"),
             tokenizer_kind=args.tokenizer,
-            heldout=0.05,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
+            mlm_probability=getattr(args, "mask_rate", None) or 0.15,
             device=device,
             **_pair_arguments(args),
             **training_arguments(args),
@@ -164,7 +165,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course pretrain-bert`` to the ``course`` command."""
+    """Add ``course train bert`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "pretrain-bert",
@@ -191,7 +192,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.bert_command ...``: the same as ``course pretrain-bert ...``."""
+    """``python -m course_lib.recipes.bert_command ...``: the same as ``course train bert ...``."""
     return module_main(register, "pretrain-bert", "course_lib.recipes.bert_command", argv)
 
 

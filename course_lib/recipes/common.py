@@ -513,12 +513,13 @@ def load_model(
 
 
 def module_main(register: Callable[[Any], None], command: str, module: str, argv: list[str] | None) -> int:
-    """``python -m <module> ...``: the same as ``course <command> ...``."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
-    args = parser.parse_args([command, *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args) or 0)
+    """``python -m <module> ...``: ``course train OBJECTIVE ...`` for the module's objective
+    (the recipe named ``command``: ``bert`` for the BERT recipe), the only training command."""
+    from .train_command import OBJECTIVES
+    from .train_command import main as train_main
+
+    objective = next(name for name, spec in OBJECTIVES.items() if spec[0] == module)
+    return train_main([objective, *(sys.argv[1:] if argv is None else argv)])
 
 
 # ---------------------------------------------------------------------------------------

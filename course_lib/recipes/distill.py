@@ -31,7 +31,7 @@ The data are rows (a dict of tensors, one row per example): ``input_ids``,
 tasks, ``positions`` (bool ``[n, seq]``: the positions whose outputs the soft loss compares,
 a word's first piece for tagging, the masked ones for a masked LM). :func:`distill_tagger`
 builds them for tagging, :func:`distill_pretrained` for a masked LM on plain text (the
-``course distill`` command).
+``course train distill`` command).
 """
 
 from __future__ import annotations
@@ -643,7 +643,7 @@ def distill_pretrained(
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course distill
+# Command line: course train distill
 # ---------------------------------------------------------------------------------------
 
 
@@ -670,6 +670,7 @@ def _cmd(args: argparse.Namespace) -> int:
             method=args.method,
             first_steps=args.first_steps,
             temperature=args.temperature,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **options,
         )
@@ -701,7 +702,10 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--teacher", required=True, metavar="FOLDER", help="a model folder written by course pretrain-bert"
+        "--teacher",
+        required=True,
+        metavar="FOLDER",
+        help="a model folder written by course train bert, roberta or albert",
     )
     p.add_argument(
         "--method",
@@ -729,13 +733,13 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course distill`` to the ``course`` command."""
+    """Add ``course train distill`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "distill",
         help="distil a saved course BERT into a smaller student on your text or the generated corpus",
         description="General distillation (course_lib.recipes.distill): a model folder written by "
-        "course pretrain-bert teaches a student with fewer layers or a smaller width on plain text; the "
+        "course train bert teaches a student with fewer layers or a smaller width on plain text; the "
         "student is saved like a pretrained BERT (model.safetensors, config.json, tokenizer.json in --out). "
         "Documents are separated by blank lines.",
         out_help="folder for the student, its config and the teacher's tokenizer",
@@ -756,7 +760,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.distill ...``: the same as ``course distill ...``."""
+    """``python -m course_lib.recipes.distill ...``: the same as ``course train distill ...``."""
     return module_main(register, "distill", "course_lib.recipes.distill", argv)
 
 

@@ -1,8 +1,8 @@
-r"""Pretraining ELMo's biLM: the recipe chapter 1 runs and ``course train-elmo`` runs.
+r"""Pretraining ELMo's biLM: the recipe chapter 1 runs and ``course train elmo`` runs.
 
 One set of functions serves three users: chapter 1 (a small biLM on the generated corpus, on
 a CPU, inside :func:`~course_lib.checkpoints.train_or_load`), a reader with their own text
-(``course train-elmo --text 'books/*.txt' --steps 20000 --device cuda --out elmo/``), and the
+(``course train elmo --text 'books/*.txt' --steps 20000 --device cuda --out elmo/``), and the
 tests (a tiny model for a few steps).
 
 **Data.** Every sentence is wrapped in ``<S> ... </S>`` and stored once as indices into a
@@ -27,13 +27,13 @@ is equal for an honest model and far worse for the naive "seeing itself" one.
 
 Command line::
 
-    course train-elmo [--text PATH_OR_GLOB] [--steps N] [--size small] [--device cuda] --out DIR
+    course train elmo [--text PATH_OR_GLOB] [--steps N] [--size small] [--device cuda] --out DIR
 
 writes ``DIR/model.safetensors`` (+ ``model.json`` with the training history),
 ``DIR/config.json`` and ``DIR/vocab.json``; :func:`load_pretrained_elmo` reads them back.
 Without ``--text`` (and without ``$COURSE_TEXT``) it trains on the generated corpus, with the
-same settings as chapter 1, so ``course train-elmo --out DIR`` regenerates the chapter's
-model; ``OMP_NUM_THREADS=1 course train-elmo --device cpu --out DIR`` (one thread, as the
+same settings as chapter 1, so ``course train elmo --out DIR`` regenerates the chapter's
+model; ``OMP_NUM_THREADS=1 course train elmo --device cpu --out DIR`` (one thread, as the
 chapter runs on a CPU) gives the same weights bit for bit, on the same machine and torch version.
 """
 
@@ -133,7 +133,7 @@ DEFAULT_LR = {
     "original": 5e-4,
 }  # peak AdamW rates
 
-# What chapter 1 trains; the defaults of `course train-elmo`.
+# What chapter 1 trains; the defaults of `course train elmo`.
 CHAPTER: dict[str, Any] = dict(
     size="small", n_sentences=20_000, vocab_size=8000, steps=400, batch_size=32, seed=0
 )
@@ -568,12 +568,12 @@ def save_pretrained_elmo(
 def load_pretrained_elmo(
     path: Path | str, *, device: torch.device | str | None = None
 ) -> tuple[ElmoLanguageModel, Any]:
-    """Read what :func:`save_pretrained_elmo` (or ``course train-elmo``) wrote: ``(model, vocab)``,
+    """Read what :func:`save_pretrained_elmo` (or ``course train elmo``) wrote: ``(model, vocab)``,
     eval mode."""
     model, folder = load_model(
         path,
         ("vocab.json",),
-        "course train-elmo",
+        "course train elmo",
         default_architecture="ElmoLanguageModel",
         expected=ElmoLanguageModel,
         device=device,
@@ -587,13 +587,15 @@ def load_pretrained_elmo(
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course train-elmo
+# Command line: course train elmo
 # ---------------------------------------------------------------------------------------
 
 
 def _cmd(args: argparse.Namespace) -> int:
     def train(sentences: list, device: torch.device) -> PretrainedElmo:
-        return pretrain_elmo(args.size, sentences, device=device, **training_arguments(args))
+        held = getattr(args, "heldout", None)  # a fraction; None: the recipe's 256 sentences
+        extra = {} if held is None else {"heldout": held}
+        return pretrain_elmo(args.size, sentences, device=device, **extra, **training_arguments(args))
 
     def summary(model: ElmoLanguageModel, vocab, history: History, device: torch.device, seconds: float):
         return (
@@ -628,7 +630,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course train-elmo`` to the ``course`` command."""
+    """Add ``course train elmo`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "train-elmo",
@@ -657,7 +659,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.elmo ...``: the same as ``course train-elmo ...``."""
+    """``python -m course_lib.recipes.elmo ...``: the same as ``course train elmo ...``."""
     return module_main(register, "train-elmo", "course_lib.recipes.elmo", argv)
 
 

@@ -1,23 +1,23 @@
 """``course train OBJECTIVE``: one command that pretrains any of the course's objectives.
 
-Each objective is the recipe command that already trains it, with the objective's settings
-preset (``course train albert`` = ``course pretrain-bert --pair-task sop --architecture
-AlbertForPreTraining``); so there is one recipe per model and this module only names them.
-The older per-model commands stay as aliases.
+Each objective is a recipe (one per model family) with the objective's settings preset
+(``course train albert`` = the BERT recipe with ``--pair-task sop --architecture
+AlbertForPreTraining``); this module names them and adds the options every objective shares.
+It is the only training command: the recipes add their options to it, not commands of their own.
 
-=================  ==============================================  =========================
+=================  ==============================================  ==============================
 objective          what is trained                                 recipe
-=================  ==============================================  =========================
-``elmo``           ELMo's biLM (forward + backward LSTM LMs)       ``course train-elmo``
-``bert``           BERT: masked LM + next-sentence prediction      ``course pretrain-bert``
-``roberta``        RoBERTa: dynamic masked LM on full-sentence     ``course pretrain-bert``
+=================  ==============================================  ==============================
+``elmo``           ELMo's biLM (forward + backward LSTM LMs)       :mod:`course_lib.recipes.elmo`
+``bert``           BERT: masked LM + next-sentence prediction      :mod:`course_lib.recipes.bert`
+``roberta``        RoBERTa: dynamic masked LM on full-sentence     :mod:`course_lib.recipes.bert`
                    blocks, byte-level BPE, no pair task
-``albert``         ALBERT: masked LM + sentence-order prediction   ``course pretrain-bert``
-``causal``         a left-to-right LM (BertLMHeadModel)            ``course pretrain-bert``
-``xlnet``          XLNet: permutation LM, two-stream attention     ``course pretrain-xlnet``
-``transfo-xl``     Transformer-XL: segment LM with memory          ``course pretrain-transfo-xl``
-``distill``        a student distilled from a saved course BERT    ``course distill``
-=================  ==============================================  =========================
+``albert``         ALBERT: masked LM + sentence-order prediction   :mod:`course_lib.recipes.bert`
+``causal``         a left-to-right LM (BertLMHeadModel)            :mod:`course_lib.recipes.bert`
+``xlnet``          XLNet: permutation LM, two-stream attention     :mod:`course_lib.recipes.xlnet`
+``transfo-xl``     Transformer-XL: segment LM with memory          :mod:`~course_lib.recipes.transfo_xl`
+``distill``        a student distilled from a saved course BERT    :mod:`course_lib.recipes.distill`
+=================  ==============================================  ==============================
 
 Every objective takes ``--data PATH_OR_GLOB`` (or ``generated``, the course's corpus), the
 training-loop options (``--accumulate``, ``--precision``, ``--schedule``,
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OBJECTIVES", "register", "main", "read_config"]
+__all__ = ["OBJECTIVES", "register", "main", "read_config", "fraction", "check_arguments"]
 
 # objective -> (module whose register() adds the recipe command, the command's name, presets, help)
 OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
@@ -87,23 +87,18 @@ OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
 
 
 class _Renamed:
-    """Subparsers that add the recipe's parser under the objective's name instead."""
+    """The subparsers a recipe's ``register`` adds its parser to: it is added under the
+    objective's name (the recipe's own command name is only its name in messages)."""
 
-    def __init__(self, sub: Any, name: str, help: str) -> None:
-        self.sub, self.name, self.help = sub, name, help
+    def __init__(self, sub: Any, name: str, help: str, presets: dict[str, Any]) -> None:
+        self.sub, self.name, self.help, self.presets = sub, name, help, presets
         self.parser: argparse.ArgumentParser | None = None
 
     def add_parser(self, command: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs["help"] = self.help
+        preset = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self.presets.items())
         kwargs["description"] = (
-            f"{self.help}. The same as `course {command}`"
-            + (
-                " with " + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in self._presets.items())
-                if self._presets
-                else ""
-            )
-            + ". "
-            + kwargs.get("description", "")
+            f"{self.help}." + (f" Presets: {preset}." if preset else "") + " " + kwargs.get("description", "")
         )
         self.parser = self.sub.add_parser(self.name, **kwargs)
         return self.parser
@@ -184,15 +179,6 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
     return out
 
 
-def _given_on_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
-    given = set()
-    for action in parser._actions:
-        for flag in action.option_strings:
-            if any(a == flag or a.startswith(flag + "=") for a in argv):
-                given.add(action.dest)
-    return given
-
-
 # options that do not change what a run computes: a resume may change them
 _FREE_TO_CHANGE = {
     "out",
@@ -232,7 +218,7 @@ def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     return settings
 
 
-def _check_arguments(args: argparse.Namespace, objective: str) -> None:
+def check_arguments(args: argparse.Namespace, objective: str) -> None:
     """One-line ``ValueError``s, before any data work, for what would fail later with a
     traceback: a device torch does not know or does not have, ``--out`` naming a file, a
     distillation teacher that is not a masked-LM BERT/ALBERT folder."""
@@ -303,10 +289,12 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             except (ValueError, FileNotFoundError) as exc:
                 print(f"course train {objective}: {exc}", file=sys.stderr)
                 return 2
-            given = _given_on_command_line(parser, getattr(args, "_argv", sys.argv[1:]))
-            for dest, value in values.items():
-                if dest not in given:
-                    setattr(args, dest, value)
+            # the file's values become the parser's defaults; the command line is parsed again
+            # over them, so what it gives wins
+            argv = list(getattr(args, "_argv", None) or sys.argv[1:])
+            start = argv.index(objective, argv.index("train") + 1 if "train" in argv else 0) + 1
+            parser.set_defaults(**values)
+            args = argparse.Namespace(**{**vars(args), **vars(parser.parse_args(argv[start:]))})
             if args.text == "generated":
                 args.text = None
         args._prog = f"course train {objective}"
@@ -324,14 +312,15 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             )
             return 2
         try:
-            _check_arguments(args, objective)
+            check_arguments(args, objective)
             settings = run_settings(args, objective)
             with reading_encoding(getattr(args, "encoding", None)):
                 pass  # checks the name before any data work
         except (ValueError, FileNotFoundError) as exc:
             print(f"course train {objective}: {exc}", file=sys.stderr)
             return 2
-        overrides = {k: getattr(args, k, None) for k in ("warmup", "weight_decay", "grad_clip", "keep_last")}
+        names = ("warmup", "weight_decay", "grad_clip", "keep_last", "dropout")
+        overrides = {k: getattr(args, k, None) for k in names}
         with resume_settings(settings, force=getattr(args, "force_resume", False)):
             with reading_encoding(getattr(args, "encoding", None)), loop_overrides(**overrides):
                 return run(args)
@@ -353,6 +342,57 @@ def _non_negative(kind: type) -> Any:
     return parse
 
 
+def fraction(*, zero: bool) -> Any:
+    """An argparse ``type``: a number in [0, 1) (``zero``) or (0, 1)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+        if not ((0.0 <= value) if zero else (0.0 < value)) or not value < 1.0:
+            raise argparse.ArgumentTypeError(f"must be in {'[0' if zero else '(0'}, 1), got {text}")
+        return value
+
+    parse.__name__ = "fraction"
+    return parse
+
+
+# objectives whose inputs are masked (--mask-rate): the BERT family's masked LMs
+MASKED_LM = ("bert", "roberta", "albert")
+
+
+def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
+    """``--dropout``, ``--heldout`` and, for the masked LMs, ``--mask-rate``."""
+    g = q.add_argument_group("regularisation and evaluation (default: the recipe's)")
+    g.add_argument(
+        "--dropout",
+        type=fraction(zero=True),
+        default=None,
+        metavar="P",
+        help="every dropout probability of the model (hidden, attention, embeddings; recorded in "
+        "config.json; default the recipe's: 0.1, ALBERT's hidden and attention 0)",
+    )
+    held_default = None if objective == "elmo" else 0.05
+    g.add_argument(
+        "--heldout",
+        type=fraction(zero=True),
+        default=held_default,
+        metavar="F",
+        help="the fraction of the text held out for evaluation (0: none; default "
+        + ("256 sentences" if objective == "elmo" else "0.05: every 20th document")
+        + ")",
+    )
+    if objective in MASKED_LM:
+        g.add_argument(
+            "--mask-rate",
+            type=fraction(zero=False),
+            default=0.15,
+            metavar="R",
+            help="the fraction of tokens chosen for prediction (80/10/10 rule; default 0.15, BERT's)",
+        )
+
+
 def register(sub: Any) -> None:
     """Add ``course train OBJECTIVE`` to the ``course`` command."""
     import importlib
@@ -368,8 +408,7 @@ def register(sub: Any) -> None:
     objectives = p.add_subparsers(dest="objective", metavar="OBJECTIVE")
     objectives.required = True
     for objective, (module, command, presets, help) in OBJECTIVES.items():
-        renamed = _Renamed(objectives, objective, help)
-        renamed._presets = presets  # type: ignore[attr-defined]
+        renamed = _Renamed(objectives, objective, help, presets)
         importlib.import_module(module).register(renamed)
         q = renamed.parser
         assert q is not None, f"{module}.register added no parser"
@@ -401,6 +440,7 @@ def register(sub: Any) -> None:
             metavar="K",
             help="keep the K previous training states beside the latest (state-<step>.pt)",
         )
+        _regularisation_options(q, objective)
         q.add_argument(
             "--encoding",
             default=None,
@@ -424,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     register(sub)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(["train", *argv])
-    args._argv = argv
+    args._argv = ["train", *argv]
     return int(args.func(args) or 0)
 
 

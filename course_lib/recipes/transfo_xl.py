@@ -1,5 +1,5 @@
 r"""Pretraining a Transformer-XL language model: the recipe chapter 6 runs and
-``course pretrain-transfo-xl`` runs.
+``course train transfo-xl`` runs.
 
 The text is one long stream: every document's sentences, with ``[SEP]`` between documents
 (no ``[CLS]``: nothing is classified), cut into rows of ``segments_per_row`` segments of
@@ -23,7 +23,7 @@ Held-out evaluation (:func:`evaluate_transfo_xl`): the held-out stream read the 
 
 Command line::
 
-    course pretrain-transfo-xl --text 'PATH or GLOB' --out DIR [--size small] [--steps N]
+    course train transfo-xl --text 'PATH or GLOB' --out DIR [--size small] [--steps N]
         [--max-len 32 (tokens per segment)] [--segments-per-row 4] [--mem-len 32] [--device cuda]
 
 writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
@@ -252,7 +252,7 @@ def pretrain_transfo_xl(
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course pretrain-transfo-xl
+# Command line: course train transfo-xl
 # ---------------------------------------------------------------------------------------
 
 
@@ -267,7 +267,7 @@ def _cmd(args: argparse.Namespace) -> int:
             segments_per_row=args.segments_per_row,
             mem_len=args.mem_len,
             tokenizer_kind=args.tokenizer,
-            heldout=0.05,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **kwargs,
         )
@@ -314,7 +314,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course pretrain-transfo-xl`` to the ``course`` command."""
+    """Add ``course train transfo-xl`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "pretrain-transfo-xl",
@@ -342,7 +342,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.transfo_xl ...``: the same as ``course pretrain-transfo-xl ...``."""
+    """``python -m course_lib.recipes.transfo_xl ...``: the same as ``course train transfo-xl ...``."""
     return module_main(register, "pretrain-transfo-xl", "course_lib.recipes.transfo_xl", argv)
 
 

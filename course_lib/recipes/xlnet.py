@@ -1,5 +1,5 @@
 r"""Pretraining XLNet with the permutation language model: the recipe chapter 6 runs and
-``course pretrain-xlnet`` runs.
+``course train xlnet`` runs.
 
 The data are BERT's (:func:`~course_lib.objectives.pretraining.pretraining_examples` without a pair
 task: one sentence per row by default, or full-sentence blocks), the tokenizer is trained the
@@ -20,7 +20,7 @@ orders.
 
 Command line::
 
-    course pretrain-xlnet --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small]
+    course train xlnet --text 'PATH or GLOB' --steps N --out DIR [--device cuda] [--size small]
         [--K 6 | --n-predict N] [--row-unit sentence|block]
 
 writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
@@ -271,7 +271,7 @@ def pretrain_xlnet(
 
 
 # ---------------------------------------------------------------------------------------
-# Command line: course pretrain-xlnet
+# Command line: course train xlnet
 # ---------------------------------------------------------------------------------------
 
 
@@ -284,7 +284,7 @@ def _cmd(args: argparse.Namespace) -> int:
             n_predict=args.n_predict,
             row_unit=args.row_unit,
             tokenizer_kind=args.tokenizer,
-            heldout=0.05,
+            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **training_arguments(args),
         )
@@ -337,7 +337,7 @@ def _options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    """Add ``course pretrain-xlnet`` to the ``course`` command."""
+    """Add ``course train xlnet`` to the ``course`` command."""
     add_recipe_command(
         sub,
         "pretrain-xlnet",
@@ -363,7 +363,7 @@ def register(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.recipes.xlnet ...``: the same as ``course pretrain-xlnet ...``."""
+    """``python -m course_lib.recipes.xlnet ...``: the same as ``course train xlnet ...``."""
     return module_main(register, "pretrain-xlnet", "course_lib.recipes.xlnet", argv)
 
 

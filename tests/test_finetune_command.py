@@ -1,0 +1,153 @@
+"""``course finetune``: a model trained by ``course train`` fine-tuned as a [CLS] classifier or
+a tagger on a labelled file, with the library's recipes; held-out accuracy as JSON, a folder
+the library loads, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from course_lib.cli import main
+from course_lib.recipes.finetune_command import load_finetuned, read_classification_file, read_tagging_file
+
+TRAIN = ["--data", "generated", "--size", "tiny", "--n-docs", "40", "--batch-size", "8", "--steps", "3"]
+WORDS = "the cat dog bird sat ran on a mat tree house river old red big small".split()
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft")
+    out = {}
+    for objective in ("bert", "roberta"):
+        assert main(["train", objective, *TRAIN, "--out", str(root / objective)]) == 0
+        out[objective] = root / objective
+    return root, out
+
+
+def _classification_file(path, n=120, seed=0):
+    """label = whether the sentence holds 'yes' or 'no' (learnable from one word)."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        label = rng.choice(["neg", "pos"])
+        words = rng.sample(WORDS, 5)
+        words.insert(rng.randrange(6), "yes" if label == "pos" else "no")
+        lines.append(f"{label}\t{' '.join(words)}")
+    path.write_text("# label<TAB>text\n" + "\n".join(lines) + "\n")
+    return path
+
+
+def _tagging_file(path, n=60, seed=0):
+    """tag = ANIMAL for cat/dog/bird, else O (CoNLL-style)."""
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(n):
+        words = rng.sample(WORDS, 6)
+        blocks.append("\n".join(f"{w}\t{'ANIMAL' if w in ('cat', 'dog', 'bird') else 'O'}" for w in words))
+    path.write_text("\n\n".join(blocks) + "\n")
+    return path
+
+
+def test_a_classifier_learns_a_labelled_file_and_its_folder_loads(pretrained, tmp_path, capsys):
+    from course_lib.recipes.finetune import classification_accuracy
+
+    _, models = pretrained
+    data = _classification_file(tmp_path / "train.tsv")
+    out = tmp_path / "clf"
+    argv = ["finetune", str(models["bert"]), "--task", "classify", "--train", str(data), "--out", str(out)]
+    assert main([*argv, "--steps", "80", "--lr", "1e-3"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics == json.loads((out / "metrics.json").read_text())
+    assert metrics["labels"] == ["neg", "pos"] and metrics["heldout_examples"] == 12
+    assert metrics["train_examples"] == 108 and metrics["architecture"] == "BertForSequenceClassification"
+    # learned: well above the majority baseline (measured 1.0 against 0.67; after one step the
+    # classifier sits at the baseline)
+    assert metrics["heldout_accuracy"] >= metrics["majority_baseline"] + 0.2
+    model, tok, labels = load_finetuned(out)
+    assert labels == ["neg", "pos"] and not model.training
+    held = read_classification_file(data).items[9::10]  # every 10th: the held-out examples
+    assert classification_accuracy(model, tok, held) == pytest.approx(metrics["heldout_accuracy"])
+
+
+def test_a_tagger_from_a_roberta_model_and_a_separate_eval_file(pretrained, tmp_path, capsys):
+    from course_lib.recipes.finetune import tagging_accuracy
+
+    _, models = pretrained
+    train, held = (
+        _tagging_file(tmp_path / "train.conll"),
+        _tagging_file(tmp_path / "held.conll", n=20, seed=1),
+    )
+    out = tmp_path / "tagger"
+    argv = ["finetune", str(models["roberta"]), "--task", "tag", "--train", str(train), "--eval", str(held)]
+    assert main([*argv, "--out", str(out), "--steps", "150", "--lr", "3e-3"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["labels"] == ["ANIMAL", "O"] and metrics["heldout_examples"] == 20
+    # learned (measured 0.94 against 0.85; one step stays below the baseline, 0.72)
+    assert metrics["heldout_accuracy"] >= metrics["majority_baseline"] + 0.06
+    model, tok, labels = load_finetuned(out)
+    items = read_tagging_file(held, labels).items
+    assert tagging_accuracy(model, tok, items)["accuracy"] == pytest.approx(metrics["heldout_accuracy"])
+
+
+def test_sentence_pairs_are_read_as_pairs(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("same\tthe cat\tthe cat\ndiff\tthe cat\ta dog\n")
+    data = read_classification_file(path)
+    assert data.items == [(("the cat", "the cat"), 1), (("the cat", "a dog"), 0)]
+
+
+@pytest.mark.parametrize(
+    "content,task,named",
+    [
+        ("pos the cat sat\n", "classify", "expected 'label<TAB>text'"),
+        ("pos\tthe cat\nneg\ta\tb\n", "classify", "one kind per file"),
+        ("pos\tthe cat\npos\ta dog\n", "classify", "only one label ('pos'); need two"),
+        ("", "classify", "no examples"),
+        ("the\tDET\tx\n", "tag", "expected 'word<TAB>tag'"),
+        ("PK\x03\x04\x00\x00", "tag", "expected 'word<TAB>tag'"),
+    ],
+)
+def test_bad_files_are_one_line(pretrained, tmp_path, capsys, content, task, named):
+    _, models = pretrained
+    path = tmp_path / "bad.txt"
+    path.write_text(content)
+    argv = [
+        "finetune",
+        str(models["bert"]),
+        "--task",
+        task,
+        "--train",
+        str(path),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_models_and_options_are_one_line(pretrained, tmp_path, capsys):
+    root, models = pretrained
+    data = _classification_file(tmp_path / "train.tsv", n=20)
+    base = ["finetune", "--task", "classify", "--train", str(data)]
+    assert main(["train", "xlnet", *TRAIN, "--out", str(root / "xlnet")]) == 0
+    capsys.readouterr()
+    cases = [
+        ([str(root / "xlnet"), "--out", str(tmp_path / "o")], "holds a XLNetLMHeadModel"),
+        ([str(tmp_path / "none"), "--out", str(tmp_path / "o")], "not a model folder"),
+        ([str(models["bert"]), "--out", str(data)], "is a file"),
+        ([str(models["bert"]), "--out", str(tmp_path / "o"), "--device", "gpu0"], "is not a device"),
+        (
+            [str(models["bert"]), "--out", str(tmp_path / "o"), "--train", str(tmp_path / "nope.tsv")],
+            "does not exist",
+        ),
+    ]
+    for extra, named in cases:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert named in err and len(err.splitlines()) == 1, err
+    with pytest.raises(SystemExit):
+        main([*base, str(models["bert"]), "--out", str(tmp_path / "o"), "--task", "parse"])
