@@ -38,12 +38,17 @@ FORBID = (  # course_lib's own versions: the grader cannot import them, and at h
 
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
-    assert a.name == "06_xlnet" and a.title == "Chapter 6: XLNet and Transformer-XL" and a.max_points == 13
+    assert a.name == "06_xlnet" and a.title == "Chapter 6: XLNet and Transformer-XL" and a.max_points == 11
     assert [e.id for e in a.exercises] == list(CHECKS)
-    assert [e.points for e in a.exercises] == [3, 3, 4, 3]
+    assert [e.points for e in a.exercises] == [3, 3, 2, 3]
     assert [c.id for c in a.checks] == ALL_CHECKS
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 8
-    assert {c.id: c.points for c in a.checks if c.points != 1} == {"reach-random": 2}
+    # exercise 3 (three bugs in three lines) is worth 2: memory-small shows every rule for 0 points
+    assert {c.id: c.points for c in a.checks if c.points != 1} == {
+        "reach-random": 2,
+        "memory-small": 0,
+        "memory-stream": 0,
+    }
     assert set(FORBID) <= set(a.forbid)
     assert [e.functions for e in a.exercises] == [
         ("perm_mask_from_order",),
@@ -356,7 +361,31 @@ def rel_shift(scores, k_len):
     ),
 }
 
+# the colleague's transcription that exercise 3 shows: three bugs (the batch axis, x[-0:], no
+# detach), each of which costs a hidden point on its own; together: 0 of 2
+COLLEAGUE = """
+def update_memory(mems, hidden, mem_len):
+    states = hidden if mems is None else torch.cat([mems, hidden], dim=1)
+    return states[-mem_len:]
+"""
+
 MISTAKES = {
+    "memory_colleague": ({MEM: COLLEAGUE}, set()),
+    # one bug fixed at a time: each remaining one still costs its point
+    "memory_colleague_axis_fixed": ({MEM: COLLEAGUE.replace("dim=1", "dim=0")}, {"memory-stream"}),
+    "memory_colleague_axis_and_detach_fixed": (
+        {MEM: COLLEAGUE.replace("dim=1", "dim=0").replace("[-mem_len:]", "[-mem_len:].detach()")},
+        {"memory-stream", "memory-inputs"},
+    ),
+    # the batch axis concatenated (runs without error only when m == seq): both hidden points lost
+    "memory_batch_axis": (
+        {
+            MEM: COLLEAGUE.replace(
+                "return states[-mem_len:]", "return states[-mem_len:].detach() if mem_len else None"
+            )
+        },
+        set(),
+    ),
     # the content stream's mask (the diagonal cleared): a query would see the token it predicts
     "content_stream_mask": (
         {
@@ -415,7 +444,7 @@ def update_memory(mems, hidden, mem_len):
     ),
     # no .detach(): right values, but the memory still requires grad. Tensors cross the wire
     # with their requires_grad flag, so the visible check and memory-inputs (which pass states
-    # that require grad) fail it, at home as in the grader: 2 of the exercise's 4 points lost
+    # that require grad) fail it, at home as in the grader: memory-inputs' point (1 of 2) lost
     "memory_not_detached": (
         {
             MEM: """
@@ -482,21 +511,22 @@ def graded(tmp_path_factory):
     )
 
 
+WEIGHT = {"reach-random": 2, "memory-small": 0, "memory-stream": 0}
 EXPECTED = [
-    ("solution", 13, set()),
+    ("solution", 11, set()),
     ("stub", 0, set(ALL_CHECKS)),
-    ("partial", 7, PARTIAL_FAILS),
-    ("rewritten", 13, set()),
-    ("one_exercise", 4, set(ALL_CHECKS) - set(CHECKS["memory"])),
+    ("partial", 6, PARTIAL_FAILS),
+    ("rewritten", 11, set()),
+    ("one_exercise", 2, set(ALL_CHECKS) - set(CHECKS["memory"])),
 ] + [
-    (name, sum(2 if c == "reach-random" else 1 for c in passing), set(ALL_CHECKS) - passing)
+    (name, sum(WEIGHT.get(c, 1) for c in passing), set(ALL_CHECKS) - passing)
     for name, (_, passing) in {**GAMING, **MISTAKES, **REACH_MISTAKES}.items()
 ]
 
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_exact_points(graded, name, points, failing):
-    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
+    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 11)
 
 
 def test_gaming_gets_at_most_the_visible_points(graded):

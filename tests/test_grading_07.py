@@ -17,15 +17,17 @@ from course_lib.grading.format import load_assignment
 CHAPTER = Chapter("07_distillation")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
 reference = CHAPTER.reference  # the preamble and the reference answers, executed
-KD, ATTN, LAYERS, TEMP = "kd-loss-answer", "attention-loss-answer", "layer-map-answer", "temperature-answer"
+KD, ATTN, LIMIT, TEMP = "kd-loss-answer", "attention-loss-answer", "kd-limit-answer", "temperature-answer"
 CHECKS = {
     "kd-loss": ["kd-small", "kd-habits", "kd-random", "kd-gradient", "kd-teacher", "kd-large"],
     "attention-loss": ["attn-small", "attn-masked", "attn-no-mask"],
-    "layer-map": ["layers-small", "layers-random"],
+    "kd-limit": ["limit-small", "limit-random"],
     "temperature": ["temp-small", "temp-random"],
 }
 ALL_CHECKS = [c for cs in CHECKS.values() for c in cs]
-VISIBLE = ["kd-small", "kd-habits", "attn-small", "layers-small", "temp-small"]
+# kd-habits (0) shows at home what kd-teacher and kd-large grade
+WEIGHT = {"kd-habits": 0, "limit-random": 2, "temp-random": 2}
+VISIBLE = ["kd-small", "kd-habits", "attn-small", "limit-small", "temp-small"]
 FORBID = tuple(  # course_lib's own versions: the grader cannot import them, and at home they fail too
     f"course_lib.objectives.distillation.{name}"
     for name in (
@@ -47,19 +49,19 @@ FORBID = tuple(  # course_lib's own versions: the grader cannot import them, and
 def test_solution_notebook_is_valid_and_released():
     a = load_assignment(SOLUTION)
     assert (
-        a.name == "07_distillation" and a.title == "Chapter 7: knowledge distillation" and a.max_points == 13
+        a.name == "07_distillation" and a.title == "Chapter 7: knowledge distillation" and a.max_points == 14
     )
     assert [e.id for e in a.exercises] == list(CHECKS)
-    assert [e.points for e in a.exercises] == [5, 3, 2, 3]
+    assert [e.points for e in a.exercises] == [5, 3, 3, 3]
     assert [c.id for c in a.checks] == ALL_CHECKS
     assert [c.id for c in a.checks if not c.hidden] == VISIBLE and sum(c.hidden for c in a.checks) == 8
     # kd-habits is worth 0: it shows at home what kd-teacher and kd-large grade
-    assert {c.id: c.points for c in a.checks if c.points != 1} == {"kd-habits": 0, "temp-random": 2}
+    assert {c.id: c.points for c in a.checks if c.points != 1} == WEIGHT
     assert set(FORBID) <= set(a.forbid)
     assert [e.functions for e in a.exercises] == [
         ("kd_loss",),
         ("attention_loss",),
-        ("uniform_layer_map",),
+        ("kd_high_temperature_limit",),
         ("temperature_for_entropy",),
     ]
     CHAPTER.assert_released()
@@ -148,21 +150,23 @@ def test_reference_attention_loss_matches_course_lib():
     )
 
 
-def test_reference_layer_map_matches_course_lib():
-    from course_lib.objectives.distillation import uniform_layer_map
+def test_reference_limit_matches_course_lib_kd_loss():
+    """Exercise 3's closed form is the limit of course_lib's kd_loss: at T = 10, 100, 1000, 10000
+    (float64) the relative gap shrinks about tenfold per step, like 1/T, for logits that are
+    not zero-meaned, of 2-d and 3-d shape; and it is symmetric and shift-invariant per row."""
+    from course_lib.objectives.distillation import kd_loss
 
-    ours = reference()["uniform_layer_map"]
-    for m in range(1, 13):
-        for n in range(1, 37):
-            if n % m:
-                with pytest.raises(ValueError):
-                    ours(m, n)
-                with pytest.raises(ValueError):
-                    uniform_layer_map(m, n)
-            else:
-                got = ours(m, n)
-                assert got == uniform_layer_map(m, n) and all(type(x) is int for x in got)
-    assert ours(4, 12) == [3, 6, 9, 12] and ours(6, 12) == [2, 4, 6, 8, 10, 12]
+    ours = reference()["kd_high_temperature_limit"]
+    g = torch.Generator().manual_seed(0)
+    for shape, scale in [((4, 3), 1.0), ((2, 5, 17), 3.0), ((6, 50), 0.3), ((1, 2), 2.0)]:
+        s = torch.randn(shape, generator=g, dtype=torch.float64) * scale + 5.0
+        t = torch.randn(shape, generator=g, dtype=torch.float64) * scale
+        limit = float(ours(s, t))
+        gaps = [abs(float(kd_loss(s, t, T)) - limit) / limit for T in (10.0, 100.0, 1000.0, 10000.0)]
+        assert gaps[-1] < 1e-3 and gaps[-1] < gaps[-2] / 5, (shape, gaps)
+        assert torch.isclose(ours(t, s), ours(s, t)) and torch.isclose(ours(s + 7.0, t), ours(s, t))
+    one_class = torch.randn(3, 1, generator=g, dtype=torch.float64)
+    assert float(ours(one_class, -one_class)) == 0.0 == float(kd_loss(one_class, -one_class, 100.0))
 
 
 # --- grading submissions ------------------------------------------------------------------------
@@ -179,15 +183,23 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
     return ((student_scores - teacher_scores.detach()) ** 2).mean()  # padding counted too
 """
 
-LAYERS_FLOATS = """
-def uniform_layer_map(student_layers, teacher_layers):
-    if teacher_layers % student_layers:
-        raise ValueError("not a multiple")
-    return [m * teacher_layers / student_layers for m in range(1, student_layers + 1)]  # floats
+LIMIT_NO_C = """
+def kd_high_temperature_limit(student_logits, teacher_logits):
+    d = teacher_logits - student_logits
+    d = d - d.mean(dim=-1, keepdim=True)
+    return 0.5 * (d * d).sum(-1).mean()  # the 1/C of the uniform distribution forgotten
 """
 
-PARTIAL = {KD: KD_NO_T2, ATTN: ATTN_MASK_IGNORED, LAYERS: LAYERS_FLOATS}
-PARTIAL_FAILS = {"kd-small", "kd-random", "kd-gradient", "attn-small", "attn-masked", "layers-small"}
+PARTIAL = {KD: KD_NO_T2, ATTN: ATTN_MASK_IGNORED, LIMIT: LIMIT_NO_C}
+PARTIAL_FAILS = {
+    "kd-small",
+    "kd-random",
+    "kd-gradient",
+    "attn-small",
+    "attn-masked",
+    "limit-small",
+    "limit-random",
+}
 
 REWRITTEN = {
     TEMP: '''
@@ -246,12 +258,14 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
         parts.append((s.masked_select(pair) - t.masked_select(pair)) ** 2)
     return torch.cat(parts).mean()
 ''',
-    LAYERS: """
-def uniform_layer_map(student_layers, teacher_layers):
-    step, rest = divmod(teacher_layers, student_layers)
-    if rest != 0:
-        raise ValueError(f"{teacher_layers} layers do not split evenly into {student_layers}")
-    return list(range(step, teacher_layers + 1, step))
+    LIMIT: """
+import torch.nn.functional as F
+
+
+def kd_high_temperature_limit(student_logits, teacher_logits):
+    # half the variance (over the classes) of the log-probability difference, averaged over the rows
+    diff = F.log_softmax(teacher_logits, -1) - F.log_softmax(student_logits, -1)  # a shift per row: same variance
+    return diff.var(dim=-1, correction=0).flatten().mean() / 2
 """,
 }
 
@@ -326,21 +340,6 @@ GAMING = {
     "kd_lookup": ({KD: _lookup_kd()}, {"kd-small", "kd-habits"}),
     # reads the expected values packed into the released visible check: the visible point only
     "attention_copied_expected": ({ATTN: _copied_expected_attention()}, {"attn-small"}),
-    # the visible check's answers written out, ValueError where it expects one: the visible point only
-    "layers_hard_coded": (
-        {
-            LAYERS: """
-_ANSWERS = {(4, 12): [3, 6, 9, 12], (6, 12): [2, 4, 6, 8, 10, 12], (1, 12): [12], (3, 3): [1, 2, 3]}
-
-
-def uniform_layer_map(student_layers, teacher_layers):
-    if (student_layers, teacher_layers) == (5, 12):
-        raise ValueError("no")
-    return _ANSWERS.get((student_layers, teacher_layers), [teacher_layers] * student_layers)
-"""
-        },
-        {"layers-small"},
-    ),
     # constants: nothing
     "constants": (
         {
@@ -352,9 +351,9 @@ def kd_loss(student_logits, teacher_logits, temperature=1.0):
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     return torch.zeros(())
 """,
-            LAYERS: """
-def uniform_layer_map(student_layers, teacher_layers):
-    return [teacher_layers] * student_layers
+            LIMIT: """
+def kd_high_temperature_limit(student_logits, teacher_logits):
+    return torch.zeros((), dtype=student_logits.dtype)
 """,
         },
         set(),
@@ -376,11 +375,11 @@ import course_lib.objectives.distillation as _distillation
 def attention_loss(student_scores, teacher_scores, attention_mask=None):
     return _distillation.attention_loss(student_scores, teacher_scores, attention_mask)
 """,
-            LAYERS: """
-def uniform_layer_map(student_layers, teacher_layers):
-    from course_lib.objectives.distillation import uniform_layer_map as library_map
+            LIMIT: """
+def kd_high_temperature_limit(student_logits, teacher_logits):
+    from course_lib.objectives.distillation import kd_loss as library_kd
 
-    return library_map(student_layers, teacher_layers)
+    return library_kd(student_logits.double(), teacher_logits.double(), 1e5).to(student_logits.dtype)
 """,
         },
         set(),
@@ -519,32 +518,32 @@ def attention_loss(student_scores, teacher_scores, attention_mask=None):
         },
         {"attn-small", "attn-no-mask"},
     ),
-    # g(m) for m = 0..M-1: [0, 3, 6, 9] instead of [3, 6, 9, 12]: 0 of 2
-    "layers_off_by_one": (
+    # Hinton's 1/2 (z - v)^2 without centring (he assumes zero-meaned logits): 0 of 3
+    "limit_uncentred": (
         {
-            LAYERS: """
-def uniform_layer_map(student_layers, teacher_layers):
-    if teacher_layers % student_layers:
-        raise ValueError("not a multiple")
-    step = teacher_layers // student_layers
-    return [m * step for m in range(student_layers)]
+            LIMIT: """
+def kd_high_temperature_limit(student_logits, teacher_logits):
+    d = teacher_logits - student_logits
+    return 0.5 * (d * d).mean(dim=-1).mean()
 """
         },
         set(),
     ),
-    # never raises: the map of N // M per layer for every N: 0 of 2
-    "layers_never_raise": (
+    # the 1/C of the uniform distribution forgotten: 0 of 3
+    "limit_no_1_over_c": ({LIMIT: LIMIT_NO_C}, set()),
+    # measured instead of derived: kd_loss at T = 1e5 in float64 (at best 1e-6 relative): 0 of 3
+    "limit_numeric_large_t": (
         {
-            LAYERS: """
-def uniform_layer_map(student_layers, teacher_layers):
-    step = teacher_layers // student_layers
-    return [m * step for m in range(1, student_layers + 1)]
+            LIMIT: """
+def kd_high_temperature_limit(student_logits, teacher_logits):
+    t = 1e5
+    log_ps = torch.log_softmax(student_logits.double() / t, dim=-1)
+    log_pt = torch.log_softmax(teacher_logits.double() / t, dim=-1)
+    return (t**2 * (log_pt.exp() * (log_pt - log_ps)).sum(-1).mean()).to(student_logits.dtype)
 """
         },
         set(),
     ),
-    # the right numbers as floats (3.0, 6.0, ...): the visible check wants ints: 1 of 2
-    "layers_floats": ({LAYERS: LAYERS_FLOATS}, {"layers-random"}),
 }
 
 
@@ -609,34 +608,33 @@ def graded(tmp_path_factory):
 
 
 EXPECTED = [
-    ("solution", 13, set()),
+    ("solution", 14, set()),
     ("stub", 0, set(ALL_CHECKS)),
-    ("partial", 7, PARTIAL_FAILS),
-    ("rewritten", 13, set()),
+    ("partial", 6, PARTIAL_FAILS),
+    ("rewritten", 14, set()),
     ("one_exercise", 3, set(ALL_CHECKS) - ATTN_CHECKS),
 ] + [
-    (name, sum({"kd-habits": 0, "temp-random": 2}.get(c, 1) for c in passing), set(ALL_CHECKS) - passing)
+    (name, sum(WEIGHT.get(c, 1) for c in passing), set(ALL_CHECKS) - passing)
     for name, (_, passing) in {**GAMING, **MISTAKES, **TEMP_MISTAKES}.items()
 ]
 
 
 @pytest.mark.parametrize("name, points, failing", EXPECTED, ids=[e[0] for e in EXPECTED])
 def test_exact_points(graded, name, points, failing):
-    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 13)
+    CHAPTER.assert_points(graded, name, points, failing, ALL_CHECKS, 14)
 
 
 def test_the_point_table():
     """The points each kind of submission gets, written out (test_exact_points checks them)."""
     table = {name: points for name, points, _ in EXPECTED}
     assert table == {
-        "solution": 13,
+        "solution": 14,
         "stub": 0,
-        "partial": 7,
-        "rewritten": 13,
+        "partial": 6,
+        "rewritten": 14,
         "one_exercise": 3,
         "kd_lookup": 1,
         "attention_copied_expected": 1,
-        "layers_hard_coded": 1,
         "constants": 0,
         "course_lib": 0,
         "kd_forgot_t2": 2,
@@ -650,9 +648,9 @@ def test_the_point_table():
         "attn_keys_only": 1,
         "attn_per_example": 1,
         "attn_mask_multiplied": 2,
-        "layers_off_by_one": 0,
-        "layers_never_raise": 0,
-        "layers_floats": 1,
+        "limit_uncentred": 0,
+        "limit_no_1_over_c": 0,
+        "limit_numeric_large_t": 0,
         "temp_never_raises": 0,
         "temp_log_of_softmax": 0,
     }
@@ -668,7 +666,7 @@ def test_gaming_gets_at_most_the_visible_points(graded):
         assert rep["points"] <= 1, name
     statuses = {a["cell"]: a["status"] for a in graded["course_lib"][1]["answers"]}
     assert "course_lib" in statuses[KD] and "course_lib" in statuses[ATTN]
-    for name in ("kd_lookup", "attention_copied_expected", "layers_hard_coded", "constants"):
+    for name in ("kd_lookup", "attention_copied_expected", "constants"):
         for c in graded[name][1]["checks"]:  # hidden checks' messages show no expected values
             if c["hidden"]:
                 assert "expected" not in c["message"], c["message"]
@@ -678,7 +676,7 @@ def test_visible_checks_give_the_grader_verdict_at_home(graded):
     CHAPTER.assert_home_verdicts(graded)
     # course_lib's own functions fail at home as in the grader (the released course-forbid cell)
     home = CHAPTER.home_verdicts(answer_sources(graded["course_lib"][2]))
-    assert not home["kd-small"] and not home["attn-small"] and not home["layers-small"]
+    assert not home["kd-small"] and not home["attn-small"] and not home["limit-small"]
     from course_lib.objectives.distillation import kd_loss, uniform_layer_map  # and are back afterwards
 
     assert uniform_layer_map(2, 4) == [2, 4] and float(kd_loss(torch.zeros(1, 2), torch.zeros(1, 2))) == 0.0
@@ -700,8 +698,12 @@ def test_failures_are_explained(graded):
         assert "carries no gradient to the student's logits" in message("kd_student_detached", check)
     for check in ("kd-large", "kd-habits"):
         assert "NaN" in message("kd_naive_log_softmax", check)
-    assert "Python ints" in message("layers_floats", "layers-small")
-    assert "should raise ValueError" in message("layers_never_raise", "layers-small")
+    # the limit: the visible check names the wrong value; the hidden one says what differs, not the value
+    for name in ("limit_uncentred", "limit_no_1_over_c", "limit_numeric_large_t"):
+        assert "wrong values" in message(name, "limit-small")
+        assert "wrong values" in message(name, "limit-random") and "expected" not in message(
+            name, "limit-random"
+        )
     assert "wrong values" in message("kd_forgot_t2", "kd-gradient")
 
 
