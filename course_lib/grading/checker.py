@@ -642,9 +642,12 @@ _ALLOC_FAILED = re.compile(r"can't allocate memory|not enough memory|std::bad_al
 
 
 def _out_of_memory(run: _Run) -> str:
+    budget = run.limits.check_memory_mb
+    share = (
+        f"a check may use {budget} MB of the grader's memory" if budget else "the grader's memory is limited"
+    )
     return (
-        f"the check ran out of memory working on what your code returned (a check may use {run.limits.check_memory_mb} MB "
-        "of the grader's memory): look for values far larger than the instructions allow, e.g. an id far above the "
+        f"the check ran out of memory working on what your code returned ({share}): look for values far larger than the instructions allow, e.g. an id far above the "
         "vocabulary, or a shape with a 1 where a size is expected (it broadcasts into a huge tensor)"
     )
 
