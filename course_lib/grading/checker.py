@@ -15,7 +15,10 @@ at a time, as JSON lines on stdin/stdout. For each submission it
 
 A check passes when its code finishes without an exception. Hidden checks draw their inputs
 from the global RNGs, seeded from the solution file, the submission's answers and the
-check id: fresh for every submission, and the same when it is graded again.
+check id: fresh for every submission, and the same when it is graded again. A visible
+check's points count only when its exercise's functions also matched the reference on such
+drawn inputs (:func:`_visible_points_need_a_working_function`), and a check may add at most
+``SandboxLimits.check_memory_mb`` to this process's memory (:class:`_memory_budget`).
 """
 
 from __future__ import annotations
