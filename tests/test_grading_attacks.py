@@ -848,9 +848,10 @@ def test_a_lookup_table_of_the_visible_inputs_earns_nothing_and_honest_answers_k
     reference = Reference(assignment)
     fresh = reference.fresh_inputs()
     ungated = {e.id for e in assignment.exercises} - {
-        c.exercise for c in assignment.checks if c.hidden and fresh.get(c.id, (False,))[0]
+        c.exercise for c in assignment.checks if fresh.get(c.id, (False,))[0]
     }
-    assert ungated == set(), f"exercises without a hidden check on inputs drawn per submission: {ungated}"
+    assert ungated == set(), f"exercises without a check on inputs drawn per submission: {ungated}"
+    assert all(fresh[c.id][0] for c in assignment.checks if c.hidden and c.id.endswith("-random")), fresh
     lookup = grade_answers(assignment, reference, lookup_table_answers(ch), mode="none")
     visible = [c for c in lookup["checks"] if not c["hidden"] and c["max_points"] > 0]
     assert visible and all(c["points"] == 0 for c in visible), [(c["id"], c["message"]) for c in visible]

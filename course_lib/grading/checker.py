@@ -129,7 +129,7 @@ class Reference:
         self._fresh: dict | None = None
 
     def fresh_inputs(self) -> dict[str, tuple[bool, frozenset]]:
-        """For each hidden check: ``(fresh, fixed)``. ``fresh``: the check calls its exercise's
+        """For each check: ``(fresh, fixed)``. ``fresh``: the check calls its exercise's
         functions on inputs drawn from the per-submission seed (and the reference returns a
         value for some of them), so no student can know those inputs in advance; ``fixed``:
         the keys (:func:`.expected.call_key`) of its calls that are the same whatever the seed.
@@ -139,8 +139,6 @@ class Reference:
 
             out: dict[str, tuple[bool, frozenset]] = {}
             for check in self.assignment.checks:
-                if not check.hidden:
-                    continue
                 try:
                     with _alarm_at(time.monotonic() + 4 * check.timeout + 10):
                         runs = [record_check(self.assignment, self, check, seed)[0] for seed in (1, 2)]
@@ -472,7 +470,7 @@ class StudentFunction:
             )
             if msg:
                 raise CheckFailure(f"{call}: {msg}")
-            if ref_exc is None and check.hidden:
+            if ref_exc is None:
                 fresh = run.reference.fresh_inputs().get(check.id)
                 if fresh is not None and fresh[0]:
                     from .expected import call_key
@@ -872,13 +870,14 @@ def _visible_points_need_a_working_function(
 ) -> None:
     """A visible check's inputs are published: a function that only looks up the results
     for them would pass it. Its points therefore count only when the exercise's functions
-    also gave the reference's results on inputs drawn for this submission (a call in a hidden
-    check with such inputs, or a whole such hidden check passed). Exercises without hidden
+    also gave the reference's results on inputs drawn for this submission (a compared call
+    on such inputs, or a whole check on such inputs passed: e.g. chapter 3's masking
+    statistics, a visible check of a random function on drawn inputs). Exercises without
     checks on drawn inputs keep their visible points as they are."""
     for r in results:
-        if r["hidden"] and r["passed"] and fresh.get(r["id"], (False,))[0]:
+        if r["passed"] and fresh.get(r["id"], (False,))[0]:
             working.add(r["exercise"])
-    gated = {c.exercise for c in assignment.checks if c.hidden and fresh.get(c.id, (False,))[0]}
+    gated = {c.exercise for c in assignment.checks if fresh.get(c.id, (False,))[0]}
     for r in results:
         if r["hidden"] or not r["passed"] or r["exercise"] not in gated or r["exercise"] in working:
             continue
@@ -888,7 +887,7 @@ def _visible_points_need_a_working_function(
                 points=0,
                 message=(
                     "this check's published inputs give the right results, but your functions for this exercise "
-                    "gave the right result on none of the inputs the hidden checks drew for your submission: "
+                    "gave the right result on none of the inputs drawn for your submission (by the hidden checks): "
                     "a visible check's points need a function that works on any input, not only on the check's "
                     "(see the hidden checks' messages)"
                 ),
