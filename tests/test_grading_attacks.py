@@ -825,3 +825,227 @@ def test_memory_outside_rlimits_and_new_namespaces_are_refused(mode):
     assert seen["thread"] is True and seen["fork"] is True, seen
     for what in ("memfd", "shmget", "msgget", "unshare_user", "mount_tmpfs"):
         assert seen[what] in (errno.EPERM, errno.ENOSYS), seen
+
+
+# --- every point needs a working function; the checker's memory per check ------------------------
+
+CHAPTERS = sorted(p.stem for p in (ROOT / "solutions").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_a_lookup_table_of_the_visible_inputs_earns_nothing_and_honest_answers_keep_full_marks(chapter):
+    """Issue 33: a submission that only knows the reference's results for the calls the
+    visible checks make on their published inputs passes those checks at home, but earns 0
+    of their points in the grader (their points need the exercise's functions to work on
+    inputs drawn for the submission); the solution keeps full marks."""
+    from grading_fixtures.chapters import Chapter, answer_sources, lookup_table_answers
+
+    from course_lib.grading.checker import Reference, grade_answers
+    from course_lib.grading.format import load_assignment
+
+    ch = Chapter(chapter)
+    assignment = load_assignment(ch.solution)
+    reference = Reference(assignment)
+    fresh = reference.fresh_inputs()
+    ungated = {e.id for e in assignment.exercises} - {
+        c.exercise for c in assignment.checks if fresh.get(c.id, (False,))[0]
+    }
+    assert ungated == set(), f"exercises without a check on inputs drawn per submission: {ungated}"
+    assert all(fresh[c.id][0] for c in assignment.checks if c.hidden and c.id.endswith("-random")), fresh
+    lookup = grade_answers(assignment, reference, lookup_table_answers(ch), mode="none")
+    visible = [c for c in lookup["checks"] if not c["hidden"] and c["max_points"] > 0]
+    assert visible and all(c["points"] == 0 for c in visible), [(c["id"], c["message"]) for c in visible]
+    gated = [c for c in visible if "published inputs give the right results" in c["message"]]
+    assert len(gated) >= len(visible) - 1, [
+        (c["id"], c["message"][:200]) for c in visible
+    ]  # (ch03: one is random)
+    assert lookup["points"] == 0, [(c["id"], c["points"]) for c in lookup["checks"] if c["points"]]
+    honest = grade_answers(assignment, reference, answer_sources(ch.solution), mode="none")
+    assert honest["points"] == assignment.max_points, [
+        (c["id"], c["message"]) for c in honest["checks"] if not c["passed"]
+    ]
+
+
+def test_visible_points_need_a_working_function_unit():
+    """The rule itself: a passed visible check keeps its points when one of its exercise's
+    calls on drawn inputs matched (or a drawn hidden check passed), else loses them; an
+    exercise without such hidden checks is left alone; hidden checks are never touched."""
+    from types import SimpleNamespace
+
+    from course_lib.grading.checker import _visible_points_need_a_working_function
+
+    checks = [
+        SimpleNamespace(id="v1", exercise="a", hidden=False),
+        SimpleNamespace(id="h1", exercise="a", hidden=True),
+        SimpleNamespace(id="v2", exercise="b", hidden=False),
+        SimpleNamespace(id="h2", exercise="b", hidden=True),  # fixed inputs only
+    ]
+    assignment = SimpleNamespace(checks=checks)
+    fresh = {"h1": (True, frozenset()), "h2": (False, frozenset())}
+
+    def results(h1_passed):
+        return [
+            {
+                "id": "v1",
+                "exercise": "a",
+                "hidden": False,
+                "passed": True,
+                "points": 1,
+                "max_points": 1,
+                "message": "passed",
+            },
+            {
+                "id": "h1",
+                "exercise": "a",
+                "hidden": True,
+                "passed": h1_passed,
+                "points": int(h1_passed),
+                "max_points": 1,
+                "message": "",
+            },
+            {
+                "id": "v2",
+                "exercise": "b",
+                "hidden": False,
+                "passed": True,
+                "points": 1,
+                "max_points": 1,
+                "message": "passed",
+            },
+            {
+                "id": "h2",
+                "exercise": "b",
+                "hidden": True,
+                "passed": False,
+                "points": 0,
+                "max_points": 1,
+                "message": "",
+            },
+        ]
+
+    r = results(False)
+    _visible_points_need_a_working_function(assignment, r, fresh, set())
+    assert [(x["id"], x["points"], x["passed"]) for x in r] == [
+        ("v1", 0, False),
+        ("h1", 0, False),
+        ("v2", 1, True),
+        ("h2", 0, False),
+    ]
+    r = results(False)
+    _visible_points_need_a_working_function(assignment, r, fresh, {"a"})  # a call on drawn inputs matched
+    assert r[0]["points"] == 1 and r[0]["passed"]
+    r = results(True)
+    _visible_points_need_a_working_function(assignment, r, fresh, set())  # the drawn hidden check passed
+    assert r[0]["points"] == 1 and r[0]["passed"]
+
+
+def test_hidden_checks_never_show_what_the_students_code_printed():
+    """A hidden check's fixed inputs must not reach the report through the student's prints."""
+    from grading_fixtures.chapters import Chapter, answer_sources
+
+    from course_lib.grading.checker import Reference, grade_answers
+    from course_lib.grading.format import load_assignment
+
+    ch = Chapter("02_transformer")
+    assignment = load_assignment(ch.solution)
+    answers = answer_sources(ch.solution)
+    answers["positional-encoding-answer"] += (
+        "\n\n_honest = sinusoidal_encoding\n\n\ndef sinusoidal_encoding(max_len, d_model):\n"
+        "    print('MY-ARGS', max_len, d_model)\n    return _honest(max_len, d_model)\n"
+    )
+    rep = grade_answers(assignment, Reference(assignment), answers, mode="none")
+    assert rep["points"] == assignment.max_points
+    pe = [c for c in rep["checks"] if c["exercise"] == "positional-encoding"]
+    assert any(not c["hidden"] and "MY-ARGS" in c["output"] for c in pe)
+    hidden = [c for c in pe if c["hidden"]]
+    assert hidden and all("MY-ARGS" not in c["output"] and "not shown" in c["output"] for c in hidden)
+
+
+# honest, except: on the statistics check's 400 x 1000 batch it returns inputs of shape
+# [500, 1, 1] (4 KB), which the check's comparisons broadcast against [400, 1000] into
+# [500, 400, 1000] tensors; and in the uniformity check one "random" id is 2**27 - 1, which the
+# check's bincount turns into a 1 GB tensor
+MEMORY_ATTACK = """
+
+_honest_mask_tokens = mask_tokens
+
+
+def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.15):
+    inputs, labels = _honest_mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability)
+    if tuple(input_ids.shape) == (400, 1000):
+        inputs = torch.full((500, 1, 1), mask_id, dtype=input_ids.dtype)
+    if vocab_size == 40:
+        chosen = (labels != -100) & (inputs != mask_id) & (inputs != 7)
+        if bool(chosen.any()):
+            inputs.view(-1)[int(torch.nonzero(chosen.view(-1))[0])] = 2**27 - 1
+    return inputs, labels
+"""
+
+
+def _peak_rss_mb(pid: int) -> tuple[float, float]:
+    with open(f"/proc/{pid}/status") as fh:
+        fields = {
+            ln.split(":")[0]: int(ln.split()[1]) / 1024 for ln in fh if ln.startswith(("VmHWM", "VmRSS"))
+        }
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def test_student_values_cannot_grow_the_checker_past_its_per_check_memory(capsys):
+    """Issue 33: a few KB of student data that would make the trusted checker allocate ~1 GB
+    (a [500, 1, 1] result broadcast to [500, 400, 1000]; an id 2**27 - 1 into a bincount) fail
+    those checks only, with a message naming memory; the checker's peak RSS grows by less than
+    its per-check budget (512 MB), and an honest submission graded next keeps full marks."""
+    from grading_fixtures.chapters import Chapter, answer_sources
+
+    from course_lib.grading.sandbox import SandboxLimits
+
+    ch = Chapter("03_bert")
+    honest = answer_sources(ch.solution)
+    attack = dict(honest, **{"masking-answer": honest["masking-answer"] + MEMORY_ATTACK})
+    limits = vars(SandboxLimits())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "course_lib.grading.checker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+    def grade(answers):
+        req = {
+            "op": "grade",
+            "solution": str(ch.solution),
+            "answers": answers,
+            "mode": "none",
+            "timeout": 300,
+            "limits": limits,
+        }
+        proc.stdin.write(json.dumps(req) + "\n")
+        proc.stdin.flush()
+        reply = json.loads(proc.stdout.readline())
+        assert reply["ok"], reply
+        return reply["result"]
+
+    try:
+        first = grade(honest)
+        assert first["points"] == first["max_points"]
+        rss_before, peak_before = _peak_rss_mb(proc.pid)
+        attacked = grade(attack)
+        rss_after, peak_after = _peak_rss_mb(proc.pid)
+        again = grade(honest)
+    finally:
+        proc.stdin.write('{"op": "exit"}\n')
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    with capsys.disabled():
+        print(
+            f"\nchecker RSS before the attack {rss_before:.0f} MB (peak {peak_before:.0f} MB); "
+            f"after {rss_after:.0f} MB (peak {peak_after:.0f} MB)"
+        )
+    failed = {c["id"]: c["message"] for c in attacked["checks"] if not c["passed"]}
+    assert set(failed) == {"masking-statistics", "masking-uniform"}, failed
+    for msg in failed.values():
+        assert "ran out of memory" in msg and "512 MB" in msg, msg
+    assert attacked["points"] == attacked["max_points"] - 2
+    assert peak_after - peak_before < 512 + 64, (peak_before, peak_after)
+    assert again["points"] == again["max_points"]

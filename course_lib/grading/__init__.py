@@ -75,6 +75,14 @@ notebook*, in the grader's own process:
   per check from the solution file, the submitted answer code and the check id: hidden
   checks that draw inputs with ``torch.randn``/``torch.randint`` get fresh inputs for
   every submission, and the same ones when it is graded again.
+* a visible check's points count only when its exercise's functions also gave the
+  reference's results on inputs drawn for the submission (a call in a hidden check whose
+  inputs change with the seed, or such a hidden check passed): a lookup table of the
+  visible checks' published inputs earns nothing. Each exercise therefore needs a hidden
+  check that draws its inputs from the global RNGs. What the student's code prints during
+  hidden checks is not shown (it could show their fixed inputs);
+* a check's own code and the reference answers may add at most ``check_memory_mb`` (512)
+  to the checker's memory while they work on the student's values.
 
 Arguments the student's function changes in place come back with its result and are
 changed the same way in the check's objects. Tensors cross with their ``requires_grad``

@@ -15,7 +15,10 @@ at a time, as JSON lines on stdin/stdout. For each submission it
 
 A check passes when its code finishes without an exception. Hidden checks draw their inputs
 from the global RNGs, seeded from the solution file, the submission's answers and the
-check id: fresh for every submission, and the same when it is graded again.
+check id: fresh for every submission, and the same when it is graded again. A visible
+check's points count only when its exercise's functions also matched the reference on such
+drawn inputs (:func:`_visible_points_need_a_working_function`), and a check may add at most
+``SandboxLimits.check_memory_mb`` to this process's memory (:class:`_memory_budget`).
 """
 
 from __future__ import annotations
@@ -123,6 +126,29 @@ class Reference:
         for answer in assignment.answers:
             exec(compile(answer.source, f"<reference {answer.key}>", "exec"), ns)
         self.functions = {name: ns[name] for e in assignment.exercises for name in e.functions}
+        self._fresh: dict | None = None
+
+    def fresh_inputs(self) -> dict[str, tuple[bool, frozenset]]:
+        """For each check: ``(fresh, fixed)``. ``fresh``: the check calls its exercise's
+        functions on inputs drawn from the per-submission seed (and the reference returns a
+        value for some of them), so no student can know those inputs in advance; ``fixed``:
+        the keys (:func:`.expected.call_key`) of its calls that are the same whatever the seed.
+        Found once, by running the check on the reference answers under two seeds."""
+        if self._fresh is None:
+            from .expected import record_check
+
+            out: dict[str, tuple[bool, frozenset]] = {}
+            for check in self.assignment.checks:
+                try:
+                    with _alarm_at(time.monotonic() + 4 * check.timeout + 10):
+                        runs = [record_check(self.assignment, self, check, seed)[0] for seed in (1, 2)]
+                except (Exception, _CheckOutOfTime):
+                    continue  # a check that cannot run on the reference here vouches for nothing
+                fixed = frozenset(set(runs[0]) & set(runs[1]))
+                fresh = any("value" in e and k not in fixed for r in runs for k, e in r.items())
+                out[check.id] = (fresh, fixed)
+            self._fresh = out
+        return self._fresh
 
 
 def seeds_for(assignment: Assignment, answers: dict) -> dict[str, int]:
@@ -197,6 +223,9 @@ class _Run:
     answered_in_check: bool = False  # the student process answered a call of the current check
     current_check: str | None = None
     spawned_for: str | None = None  # the check during which the current student process started
+    # exercises whose functions matched the reference on inputs drawn for this submission
+    # (see :func:`fresh_inputs`): only then do their visible checks' points count
+    working: set = field(default_factory=set)
 
     def ensure_sandbox(self) -> None:
         """A student process with the preamble and the answer cells run: fork a fresh one from
@@ -441,6 +470,13 @@ class StudentFunction:
             )
             if msg:
                 raise CheckFailure(f"{call}: {msg}")
+            if ref_exc is None:
+                fresh = run.reference.fresh_inputs().get(check.id)
+                if fresh is not None and fresh[0]:
+                    from .expected import call_key
+
+                    if call_key(enc_args, enc_kwargs) not in fresh[1]:
+                        run.working.add(check.exercise)
         return value
 
     def _lost(self, exc: SandboxLost, call: str):
@@ -603,6 +639,58 @@ def _out_of_time(signum, frame):
     raise _CheckOutOfTime()
 
 
+_ALLOC_FAILED = re.compile(r"can't allocate memory|not enough memory|std::bad_alloc|Cannot allocate memory")
+
+
+def _out_of_memory(run: _Run) -> str:
+    budget = run.limits.check_memory_mb
+    share = (
+        f"a check may use {budget} MB of the grader's memory" if budget else "the grader's memory is limited"
+    )
+    return (
+        f"the check ran out of memory working on what your code returned ({share}): look for values far larger than the instructions allow, e.g. an id far above the "
+        "vocabulary, or a shape with a 1 where a size is expected (it broadcasts into a huge tensor)"
+    )
+
+
+class _memory_budget:
+    """Lower this process's address-space limit to what it uses now plus ``megabytes`` while
+    a check runs (restored after): values a student's code chose cannot make the check's own
+    code or the reference answers allocate more; the allocation fails that check only."""
+
+    def __init__(self, megabytes: int | None):
+        self.megabytes, self.old = megabytes, None
+
+    def __enter__(self):
+        if not self.megabytes:
+            return self
+        try:
+            import resource
+
+            with open("/proc/self/status") as fh:
+                used = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmSize:"))
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            limit = used + int(self.megabytes) * 2**20
+            for cap in (soft, hard):
+                if cap != resource.RLIM_INFINITY:
+                    limit = min(limit, cap)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+            self.old = (soft, hard)
+        except (OSError, ValueError, StopIteration, ImportError):
+            self.old = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            import resource
+
+            try:
+                resource.setrlimit(resource.RLIMIT_AS, self.old)
+            except (OSError, ValueError):
+                pass
+        return False
+
+
 def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) -> dict:
     limit = check.timeout if check_timeout is None else min(check.timeout, check_timeout)
     deadline = [run.deadline]
@@ -638,7 +726,7 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         # the whole check -- its own code, the reference answers, the student's calls -- ends
         # at the check's deadline (plus the grace a response is read in): a value the
         # student's code returned or changed cannot make the check's own loops run longer
-        with _alarm_at(deadline[0] + CHECK_GRACE):
+        with _alarm_at(deadline[0] + CHECK_GRACE), _memory_budget(run.limits.check_memory_mb):
             exec(compile(check.source, f"<check {check.id}>", "exec"), ns)
         passed, message = True, "passed"
     except _CheckOutOfTime:
@@ -658,11 +746,11 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     except GraderFailure:
         raise
     except MemoryError:
-        message = (
-            "the check ran out of memory working on what your code returned (the grader's memory is limited)"
-        )
+        message = _out_of_memory(run)
     except Exception as exc:
-        if getattr(exc, "__course_raised_by_student__", False):  # the student's function raised: say so
+        if isinstance(exc, RuntimeError) and _ALLOC_FAILED.search(str(exc)):
+            message = _out_of_memory(run)
+        elif getattr(exc, "__course_raised_by_student__", False):  # the student's function raised: say so
             message = _clip(str(exc), 1000)
         elif check.hidden:  # its message would describe the check's own computation (sizes, values)
             message = (
@@ -672,6 +760,14 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         else:
             message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
     output, dropped = "".join(run.call_output), run.dropped
+    if check.hidden and (output or dropped):
+        # what the student's code printed while a hidden check called it could be the check's
+        # inputs (fixed edge cases included): it is never shown, only how much there was
+        size = len(output.encode(errors="replace")) + dropped
+        output, dropped = (
+            f"[{size} bytes of output during this hidden check, not shown: it could show the check's inputs]",
+            0,
+        )
     if len(output) > OUTPUT_KEEP:
         dropped += len(output.encode()) - OUTPUT_KEEP
         output = output[:OUTPUT_KEEP]
@@ -705,6 +801,7 @@ def grade_answers(
     missing). ``cells`` (optional): the answer cells and the cells the student added inside
     an exercise, in notebook order (see :meth:`.grade.Submission.answer_plan`); they run in
     that order, each as its own cell, as in the notebook."""
+    fresh = reference.fresh_inputs()  # once per assignment, before this submission's clock starts
     start = time.monotonic()
     states: dict[str, _AnswerState] = {}
     keys = {a.key: a.exercise for a in assignment.answers}
@@ -746,6 +843,7 @@ def grade_answers(
             results.append(_run_check(run, check, seeds[check.id], check_timeout))
     finally:
         run.drop_sandbox()
+    _visible_points_need_a_working_function(assignment, results, fresh, run.working)
     return {
         "points": sum(r["points"] for r in results),
         "max_points": assignment.max_points,
@@ -765,6 +863,35 @@ def grade_answers(
         "warnings": run.warnings,
         "sandbox_starts": run.starts,
     }
+
+
+def _visible_points_need_a_working_function(
+    assignment: Assignment, results: list[dict], fresh: dict, working: set
+) -> None:
+    """A visible check's inputs are published: a function that only looks up the results
+    for them would pass it. Its points therefore count only when the exercise's functions
+    also gave the reference's results on inputs drawn for this submission (a compared call
+    on such inputs, or a whole check on such inputs passed: e.g. chapter 3's masking
+    statistics, a visible check of a random function on drawn inputs). Exercises without
+    checks on drawn inputs keep their visible points as they are."""
+    for r in results:
+        if r["passed"] and fresh.get(r["id"], (False,))[0]:
+            working.add(r["exercise"])
+    gated = {c.exercise for c in assignment.checks if fresh.get(c.id, (False,))[0]}
+    for r in results:
+        if r["hidden"] or not r["passed"] or r["exercise"] not in gated or r["exercise"] in working:
+            continue
+        if r["max_points"] > 0:
+            r.update(
+                passed=False,
+                points=0,
+                message=(
+                    "this check's published inputs give the right results, but your functions for this exercise "
+                    "gave the right result on none of the inputs drawn for your submission (by the hidden checks): "
+                    "a visible check's points need a function that works on any input, not only on the check's "
+                    "(see the hidden checks' messages)"
+                ),
+            )
 
 
 PREFLIGHT_ANSWER = (

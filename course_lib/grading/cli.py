@@ -18,6 +18,8 @@ def _grade_cmd(args) -> int:
         limits.memory_mb = args.memory_mb
     if args.grader_memory_mb:
         limits.grader_memory_mb = args.grader_memory_mb
+    if args.check_memory_mb:
+        limits.check_memory_mb = args.check_memory_mb
     try:
         rows = grade_files(
             args.submissions,
@@ -96,6 +98,12 @@ def register(sub) -> None:
         type=_positive_int,
         default=None,
         help="address-space limit of each checker process, where checks run on the student's values (default 2048)",
+    )
+    p.add_argument(
+        "--check-memory-mb",
+        type=_positive_int,
+        default=None,
+        help="memory one check's own code may add to its checker while it works on a student's values (default 512)",
     )
     p.add_argument(
         "--solutions",

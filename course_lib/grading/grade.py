@@ -463,6 +463,7 @@ def grade_files(
         "file_mb": limits.fsize_mb,
         "tmpfs_mb": limits.tmpfs_mb if mode == "bwrap" else None,
         "grader_memory_mb": limits.grader_memory_mb,
+        "check_memory_mb": limits.check_memory_mb,
     }
     folders = report_folders(paths)
     csv_path = out / "grades.csv"

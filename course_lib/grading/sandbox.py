@@ -89,6 +89,10 @@ class SandboxLimits:
     grader_memory_mb: int = (
         2048  # address space of the checker process, where check code runs on the student's values
     )
+    # megabytes a check's own code and the reference answers may add to the checker while they
+    # work on the student's values (a huge id fed to ``bincount``, a shape that broadcasts to a
+    # huge tensor): an allocation past it fails that check only
+    check_memory_mb: int = 512
 
 
 class SandboxLost(Exception):
