@@ -15,7 +15,7 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 # every target checks: a chapter claim that fails is an error (a reader's kernel shows a notice)
 export COURSE_STRICT_CLAIMS := 1
 
-.PHONY: book test test-portable test-bf16 gpu-check bands install system-deps release clean help
+.PHONY: book test test-portable test-bf16 test-jupyter gpu-check bands install system-deps release clean help
 
 help:
 	@echo "make book   - set up .venv, execute every chapter and build the HTML book"
@@ -24,6 +24,7 @@ help:
 	@echo "                     other CPU kernels, one thread, every model trained afresh"
 	@echo "make test-bf16 - run every chapter (claims and checked outputs) under a GPU's numerics on the CPU:"
 	@echo "                 bf16 autocast (COURSE_PRECISION=bf16), its own model cache (slow: ~30 CPU-minutes)"
+	@echo "make test-jupyter - install JupyterLab into .venv, run the widgets in it with a kernel (headless Chromium)"
 	@echo "make gpu-check - on a CUDA machine: every chapter, the claims, course bench at BERT-base size,"
 	@echo "                 train --compile and torchrun; report in _build/gpu-check/ (<= 5 minutes)"
 	@echo "make bands  - re-measure every chapter claim under several seeds and kernel sets (slow)"
@@ -90,6 +91,12 @@ BF16_CACHE := $(abspath _build/cache-bf16)
 test-bf16: $(STAMP)
 	COURSE_PRECISION=bf16 COURSE_DEVICE=cpu COURSE_CACHE=$(BF16_CACHE) \
 	  $(BIN)/python -m pytest book --nbval-lax --nbval-current-env --durations=5
+
+# The widgets in a real Jupyter front end with a kernel (tests/test_widgets_jupyter.py): JupyterLab
+# is not a course dependency, so this target installs it into the build environment first.
+test-jupyter: $(STAMP) system-deps
+	$(BIN)/python -m pip install --quiet jupyterlab
+	OMP_NUM_THREADS=1 COURSE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest tests/test_widgets_jupyter.py -p no:cacheprovider -s
 
 # The one prepared GPU check (benchmarks/gpu_check.py): writes _build/gpu-check/report.{json,md}
 # after every step, downloads nothing.

@@ -58,6 +58,10 @@ const COURSE_W_CSS =
 
 function root(el, cls) {
   const box = h("div", { class: `course-w ${cls}` }, [h("style", { text: COURSE_W_CSS })]);
+  // Keys typed into the widget stay in the widget: in JupyterLab a key that reaches the
+  // notebook is a command-mode shortcut (Enter edits the cell, "1" makes it a heading, "a"
+  // inserts a cell), so Enter never reached the box as a change. ipywidgets' text boxes do the same.
+  for (const type of ["keydown", "keypress", "keyup"]) box.addEventListener(type, (e) => e.stopPropagation());
   el.replaceChildren(box);
   return box;
 }
