@@ -31,14 +31,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .data.minilm import minilm_config, minilm_dir, minilm_tokenizer
-from .data.tokenizers import find_word
+from .data.tokenizers import encode_texts, find_word
 from .models.bert import BertConfig, BertModel
-from .objectives import collate
 
 __all__ = [
     "MINILM_MAX_SEQ_LENGTH",
     "load_minilm",
-    "encode",
     "mean_pool",
     "sentence_embeddings",
     "word_vectors",
@@ -52,7 +50,7 @@ def load_minilm(*, device: torch.device | str | None = None):
     """all-MiniLM-L6-v2 as a course_lib :class:`BertModel` (eval mode) and its tokenizer.
 
     Returns ``(model, tokenizer)``; the tokenizer is a ``tokenizers.Tokenizer`` with padding
-    and truncation off (use :func:`encode` to build batches).
+    and truncation off (build batches with :func:`~course_lib.data.tokenizers.encode_texts`).
     """
     from safetensors.torch import load_file
 
@@ -62,35 +60,6 @@ def load_minilm(*, device: torch.device | str | None = None):
     if device is not None:
         model = model.to(device)
     return model.eval(), minilm_tokenizer()
-
-
-def encode(
-    tokenizer,
-    texts: Sequence[str],
-    pairs: Sequence[str] | None = None,
-    *,
-    max_len: int | None = None,
-    device: torch.device | str | None = None,
-) -> dict[str, Tensor]:
-    """Tokenize texts (or text pairs) into a right-padded batch.
-
-    Returns ``input_ids``, ``token_type_ids`` and ``attention_mask`` ``[batch, width]``.
-    ``max_len`` truncates each encoding (keeping the final ``[SEP]``), as
-    sentence-transformers does at 256 tokens.
-    """
-    if isinstance(texts, str):
-        raise TypeError("encode takes a list of texts; wrap a single text in a list")
-    inputs = list(texts) if pairs is None else list(zip(texts, pairs))
-    encodings = tokenizer.encode_batch(inputs)
-    pad_id = tokenizer.token_to_id("[PAD]") or 0
-    examples = []
-    for enc in encodings:
-        ids, types = enc.ids, enc.type_ids
-        if max_len is not None and len(ids) > max_len:
-            ids, types = ids[: max_len - 1] + ids[-1:], types[: max_len - 1] + types[-1:]
-        examples.append({"input_ids": ids, "token_type_ids": types})
-    batch = collate(examples, pad_id=pad_id)
-    return {k: v.to(device) for k, v in batch.items()} if device is not None else batch
 
 
 def mean_pool(last_hidden_state: Tensor, attention_mask: Tensor) -> Tensor:
@@ -113,7 +82,7 @@ def sentence_embeddings(
     device = model.device
     out = []
     for i in range(0, len(texts), batch_size):
-        batch = encode(tokenizer, texts[i : i + batch_size], max_len=max_len, device=device)
+        batch = encode_texts(tokenizer, list(texts[i : i + batch_size]), max_len=max_len, device=device)
         h = model(**batch).last_hidden_state
         e = mean_pool(h, batch["attention_mask"])
         out.append(F.normalize(e, p=2, dim=-1) if normalize else e)

@@ -165,6 +165,11 @@ def test_pad_batch_and_encode_texts(wordpiece, byte_bpe):
     assert special_ids(wordpiece) == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     # encode_texts leaves the tokenizer without truncation
     assert len(wordpiece.encode(" ".join(["dog"] * 50)).ids) == 52
+    # max_len=None: no truncation; a number keeps the final [SEP]
+    long = " ".join(["dog"] * 200)
+    assert encode_texts(wordpiece, [long], max_len=None)["input_ids"].shape == (1, 202)
+    cut = encode_texts(wordpiece, [long], max_len=16)["input_ids"]
+    assert cut.shape == (1, 16) and cut[0, -1] == 3
 
 
 def test_bad_tokenizer_arguments():

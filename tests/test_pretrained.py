@@ -12,9 +12,9 @@ import torch
 from course_lib.analysis import head_scores, word_attention
 from course_lib.data import find_word
 from course_lib.data.minilm import minilm_dir
+from course_lib.data.tokenizers import encode_texts
 from course_lib.pretrained import (
     contextual_similarity,
-    encode,
     load_minilm,
     mean_pool,
     sentence_embeddings,
@@ -50,7 +50,7 @@ def test_matches_transformers_bert_on_pairs_with_padding(minilm):
     transformers = pytest.importorskip("transformers")
     model, tok = minilm
     hf = transformers.BertModel.from_pretrained(str(minilm_dir()), attn_implementation="eager").eval()
-    batch = encode(tok, TEXTS, ["Is it a question?", "No.", "Yes, a second segment here.", "jam"])
+    batch = encode_texts(tok, TEXTS, ["Is it a question?", "No.", "Yes, a second segment here.", "jam"])
     assert (batch["attention_mask"] == 0).any() and (batch["token_type_ids"] == 1).any()
     with torch.no_grad():
         ref = hf(**batch, output_attentions=True)
@@ -120,8 +120,8 @@ def test_find_word_handles_word_pieces_and_missing_words(minilm):
         find_word(enc, text, "jam")
 
 
-def test_encode_truncates_like_sentence_transformers(minilm):
+def test_encode_texts_truncates_like_sentence_transformers(minilm):
     _, tok = minilm
-    batch = encode(tok, ["word " * 400], max_len=256)
+    batch = encode_texts(tok, ["word " * 400], max_len=256)
     assert batch["input_ids"].shape == (1, 256)
     assert batch["input_ids"][0, -1].item() == tok.token_to_id("[SEP]")

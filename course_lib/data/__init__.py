@@ -10,6 +10,8 @@
   pronoun pairs, multi-token names, NSP / SOP pairs.
 * :mod:`~course_lib.data.seq2seq`: sequence-to-sequence tasks generated in code (reversal).
 * :mod:`~course_lib.data.text_files`: the same objects from your own text files.
+* :mod:`~course_lib.data.documents`: documents as the pretraining recipes read them (a
+  tokenizer trained on them, token ids per sentence, segments, a held-out split).
 * :mod:`~course_lib.data.minilm`: the real all-MiniLM-L6-v2 vocabulary and tokenizer.
 """
 

@@ -354,9 +354,11 @@ def special_ids(tokenizer) -> dict[str, int]:
 
 
 def encode_texts(
-    tokenizer, texts, pairs=None, *, max_len: int = 128, device: torch.device | str | None = None
+    tokenizer, texts, pairs=None, *, max_len: int | None = 128, device: torch.device | str | None = None
 ) -> dict[str, torch.Tensor]:
-    """Encode texts (or text pairs) with specials, truncate to ``max_len`` and pad.
+    """Encode texts (or text pairs) with specials, truncate to ``max_len`` (``None``: no
+    truncation; the final ``[SEP]`` is kept, as sentence-transformers truncates) and pad: the
+    course's one text-to-batch encoder.
 
     Returns ``input_ids`` ``[B, T]``, ``attention_mask`` ``[B, T]`` (bool, True = real token)
     and ``token_type_ids`` ``[B, T]`` (0 for the first segment, 1 for the second).
@@ -364,10 +366,11 @@ def encode_texts(
     texts = as_texts(texts)
     if not texts:
         raise ValueError("encode_texts needs at least one text")
-    if max_len < 4:
+    if max_len is not None and max_len < 4:
         raise ValueError(f"max_len must be >= 4 (room for specials), got {max_len}")
     pad = special_ids(tokenizer)["pad"]
-    tokenizer.enable_truncation(max_len)
+    if max_len is not None:
+        tokenizer.enable_truncation(max_len)
     try:
         if pairs is None:
             encs = tokenizer.encode_batch(texts)

@@ -8,6 +8,8 @@
 * :mod:`.distillation`: knowledge distillation (soft targets at a temperature with the
   :math:`T^2` factor, FitNets' hints, TinyBERT's layer mapping and layer losses).
 * :mod:`.tagging`: word-level labels on word pieces (a word's first piece carries its tag).
+* :mod:`.pretraining`: the BERT family's pretraining rows (pairs or blocks), BERT's masker for a
+  tokenizer, length-grouped batches, held-out masked-LM and left-to-right LM metrics.
 * :mod:`.permutation`: XLNet's permutation LM (factorisation orders, ``perm_mask`` and
   ``target_mapping`` with partial prediction, its ``loss_fn``).
 
