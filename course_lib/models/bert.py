@@ -56,8 +56,9 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.feedforward import FeedForward, get_activation
-from ..nn.parameters import count_parameters
+from ..nn.init import init_weights
 from ..nn.positional import check_length
+from .base import CountsParameters, WithBody
 from .hf import (
     HEADS_BERT_MLM,
     HEADS_BERT_PRETRAINING,
@@ -359,31 +360,7 @@ class BertMLMHead(nn.Module):
 # ---------------------------------------------------------------------------------------
 
 
-def _init_bert_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding row."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, mean=0.0, std=std)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=std)
-            if m.padding_idx is not None:
-                with torch.no_grad():
-                    m.weight[m.padding_idx].zero_()
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-        elif isinstance(m, BertMLMHead):
-            nn.init.zeros_(m.bias)
-
-
-def _count_parameters(model: nn.Module, *, exclude_embeddings: bool = False) -> int:
-    tables = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)] if exclude_embeddings else []
-    return count_parameters(model, skip=tables)
-
-
-class BertModel(HFBody, nn.Module):
+class BertModel(CountsParameters, HFBody, nn.Module):
     """Embeddings, the encoder stack and (optionally) the pooler.
 
     ``forward(input_ids, attention_mask=None, token_type_ids=None, position_ids=None, *,
@@ -404,7 +381,7 @@ class BertModel(HFBody, nn.Module):
         self.embeddings = self.embeddings_class(config)
         self.encoder = self.encoder_class(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        _init_bert_weights(self, config.initializer_range)
+        init_weights(self, config.initializer_range)
 
     @property
     def device(self) -> torch.device:
@@ -448,10 +425,6 @@ class BertModel(HFBody, nn.Module):
             attentions=tuple(weights) if weights is not None else None,
         )
 
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
 
 def body_of(model: nn.Module) -> BertModel:
     """The encoder of ``model``: the model itself when it is a :class:`BertModel`, else the
@@ -463,47 +436,6 @@ def body_of(model: nn.Module) -> BertModel:
     raise TypeError(
         f"expected a BertModel or a BERT-family task model (a body with heads), got {type(model).__name__}"
     )
-
-
-class WithBody:
-    """What every model with a body at ``base_attr`` shares (BERT's task models, XLNet's and
-    Transformer-XL's LM heads): ``base`` (the body), ``device`` and ``num_parameters``."""
-
-    base_attr: str
-
-    @property
-    def base(self) -> nn.Module:
-        return getattr(self, self.base_attr)
-
-    @property
-    def device(self) -> torch.device:
-        return self.base.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied or shared ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
-
-class TiedLMHeadModel(WithBody, nn.Module):
-    """A body (``body_class(config)`` at ``transformer``, Hugging Face's name) with a language-
-    model head ``lm_head``: a ``Linear(d_model, vocab_size)`` with a bias whose matrix is the
-    body's word embedding matrix when ``config.tie_word_embeddings`` (XLNet, Transformer-XL)."""
-
-    body_class: type
-    base_attr = "transformer"
-
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.transformer = self.body_class(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
-        _init_bert_weights(self.lm_head, config.initializer_range)
-        self.tie_weights()
-
-    def tie_weights(self) -> None:
-        """Share the head's matrix with the word embeddings (when the config says so)."""
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.transformer.word_embedding.weight
 
 
 class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
@@ -531,7 +463,7 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
         for name, head in heads.items():
             setattr(self, name, head)
         for head in heads.values():
-            _init_bert_weights(head, config.initializer_range)
+            init_weights(head, config.initializer_range)
         self.tie_weights()
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:

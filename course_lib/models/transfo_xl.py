@@ -121,8 +121,10 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, attention, causal_mask
 from ..nn.feedforward import FeedForward, get_activation
+from ..nn.init import init_weights
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import IGNORE_INDEX, TiedLMHeadModel, _count_parameters, _init_bert_weights
+from .base import CountsParameters, TiedLMHeadModel
+from .bert import IGNORE_INDEX
 from .hf import ModelOutput
 
 __all__ = [
@@ -361,7 +363,7 @@ class TransfoXLLayer(nn.Module):
 def _init_transfo_xl_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation (N(0, std) weights, zero biases, unit LayerNorms), and N(0, std)
     for the attention's ``u`` and ``v``."""
-    _init_bert_weights(module, std)
+    init_weights(module, std)
     for m in module.modules():
         if isinstance(m, TransfoXLRelativeAttention):
             nn.init.normal_(m.r_w_bias, mean=0.0, std=std)
@@ -383,7 +385,7 @@ def check_inputs(config: TransfoXLConfig, input_ids: Tensor) -> None:
         )
 
 
-class TransfoXLModel(nn.Module):
+class TransfoXLModel(CountsParameters, nn.Module):
     """The word embeddings and the stack of relative-attention layers, with memory.
 
     ``forward(input_ids, mems=None, *, mem_len=None, output_attentions=False,
@@ -413,10 +415,6 @@ class TransfoXLModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.word_embedding.weight.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied or shared ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
     def embed(self, input_ids: Tensor) -> Tensor:
         r""":math:`\sqrt{d_{model}}\, e(x)`, ``[batch, seq_len, d_model]`` (before dropout)."""

@@ -153,8 +153,10 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, attention
 from ..nn.feedforward import FeedForward, get_activation
+from ..nn.init import init_weights
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import TiedLMHeadModel, _count_parameters, _init_bert_weights, masked_lm_loss
+from .base import CountsParameters, TiedLMHeadModel
+from .bert import masked_lm_loss
 from .hf import (
     XLNetLMHeadModelOutput,
     XLNetModelOutput,
@@ -444,7 +446,7 @@ class XLNetLayer(nn.Module):
 def _init_xlnet_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation (N(0, std) weights, zero biases, unit LayerNorms), and N(0, std)
     for ``mask_emb`` and the relative attention's vectors (as Hugging Face does)."""
-    _init_bert_weights(module, std)
+    init_weights(module, std)
     for m in module.modules():
         if isinstance(m, XLNetRelativeAttention):
             for p in (m.r_w_bias, m.r_r_bias, m.r_s_bias, m.seg_embed):
@@ -494,7 +496,7 @@ def check_inputs(
         )
 
 
-class XLNetModel(nn.Module):
+class XLNetModel(CountsParameters, nn.Module):
     """The word embeddings, ``mask_emb`` and the stack of two-stream layers.
 
     ``forward(input_ids, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
@@ -521,10 +523,6 @@ class XLNetModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.word_embedding.weight.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
     # --- pieces of the forward pass -----------------------------------------------------
 
