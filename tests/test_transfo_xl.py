@@ -407,7 +407,7 @@ def test_segmented_nll_shapes_and_what_it_equals():
 
 def test_segmented_nll_refuses_bad_arguments():
     model = make()
-    with pytest.raises(ValueError, match="T >= 2"):
+    with pytest.raises(ValueError, match="seq_len >= 2"):
         segmented_nll(model, ids(2, 1), 4)
     with pytest.raises(ValueError, match="segment_len"):
         segmented_nll(model, ids(2, 5), 0)

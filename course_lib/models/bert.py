@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
+from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
 from ..nn.positional import check_length
@@ -188,28 +189,14 @@ def check_inputs(
     (:meth:`BertEmbeddings.default_position_ids`).
     """
     c = config
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
-    for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
-        if t is not None and t.shape != input_ids.shape:
-            extra = " (1 = real token, 0 = padding)" if name == "attention_mask" else ""
-            raise ValueError(
-                f"{name} must have the shape of input_ids {tuple(input_ids.shape)}{extra}, "
-                f"got {tuple(t.shape)}"
-            )
-    if torch.compiler.is_compiling():
-        return  # the range checks read values back (a graph break); compiled code checks shapes only
+    check_token_batch(input_ids)
+    check_same_shape(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
     limits = [("input_ids", input_ids, "vocab_size", c.vocab_size)]
     if token_type_ids is not None:
         limits.append(("token_type_ids", token_type_ids, "type_vocab_size", c.type_vocab_size))
     if position_ids is not None:
         limits.append(("position ids", position_ids, "max_position_embeddings", c.max_position_embeddings))
-    # one host sync for every range check
-    hi = torch.stack([t.max() for _, t, _, _ in limits]).tolist()
-    lo = torch.stack([t.min() for _, t, _, _ in limits]).tolist()
-    for (name, _, table, size), top, bottom in zip(limits, hi, lo):
-        if top >= size or bottom < 0:
-            raise ValueError(f"{name} must lie in [0, {table}={size}), got values in [{bottom}, {top}]")
+    check_id_ranges(*limits)
 
 
 # ---------------------------------------------------------------------------------------

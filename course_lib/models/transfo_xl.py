@@ -120,6 +120,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, attention, causal_mask
+from ..nn.checks import check_id_ranges, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
@@ -372,17 +373,8 @@ def _init_transfo_xl_weights(module: nn.Module, std: float) -> None:
 
 def check_inputs(config: TransfoXLConfig, input_ids: Tensor) -> None:
     """``input_ids`` ``[batch, seq_len]`` of integer ids inside the vocabulary (``ValueError`` otherwise)."""
-    if input_ids.dim() != 2 or input_ids.size(1) == 0:
-        raise ValueError(
-            f"input_ids must be [batch, seq_len] with seq_len >= 1, got shape {tuple(input_ids.shape)}"
-        )
-    if input_ids.is_floating_point() or input_ids.is_complex():
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    lo, hi = torch.stack([input_ids.min(), input_ids.max()]).tolist()
-    if lo < 0 or hi >= config.vocab_size:
-        raise ValueError(
-            f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{lo}, {hi}]"
-        )
+    check_token_batch(input_ids, min_length=1)
+    check_id_ranges(("input_ids", input_ids, "vocab_size", config.vocab_size))
 
 
 class TransfoXLModel(CountsParameters, nn.Module):
@@ -555,8 +547,7 @@ def segment_token_nll(
     """
     if not isinstance(model, TransfoXLLMHeadModel):
         raise TypeError(f"segmented_nll needs a TransfoXLLMHeadModel, got {type(model).__name__}")
-    if input_ids.dim() != 2 or input_ids.size(1) < 2:
-        raise ValueError(f"input_ids must be [batch, T] with T >= 2, got shape {tuple(input_ids.shape)}")
+    check_token_batch(input_ids, min_length=2)
     if segment_len <= 0:
         raise ValueError(f"segment_len must be positive, got {segment_len}")
     if mem_len is not None and mem_len < 0:

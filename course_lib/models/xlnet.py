@@ -152,6 +152,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, attention
+from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
 from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
@@ -466,16 +467,11 @@ def check_inputs(
     target_mapping: Tensor | None = None,
 ) -> None:
     """Shapes of XLNet's inputs, and ids inside the vocabulary (``ValueError`` otherwise)."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+    check_token_batch(input_ids)
     b, n = input_ids.shape
-    for name, t in (
-        ("attention_mask", attention_mask),
-        ("input_mask", input_mask),
-        ("token_type_ids", token_type_ids),
-    ):
-        if t is not None and tuple(t.shape) != (b, n):
-            raise ValueError(f"{name} must have the shape of input_ids {(b, n)}, got {tuple(t.shape)}")
+    check_same_shape(
+        input_ids, attention_mask=attention_mask, input_mask=input_mask, token_type_ids=token_type_ids
+    )
     if attention_mask is not None and input_mask is not None:
         raise ValueError("give attention_mask (1 = token, 0 = padding) or input_mask (1 = padding), not both")
     if perm_mask is not None and tuple(perm_mask.shape) != (b, n, n):
@@ -489,11 +485,7 @@ def check_inputs(
             f"target_mapping must be [batch, num_predict, seq_len] = ({b}, P, {n}), "
             f"got {tuple(target_mapping.shape)}"
         )
-    lo, hi = torch.stack([input_ids.min(), input_ids.max()]).tolist()
-    if lo < 0 or hi >= config.vocab_size:
-        raise ValueError(
-            f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{lo}, {hi}]"
-        )
+    check_id_ranges(("input_ids", input_ids, "vocab_size", config.vocab_size))
 
 
 class XLNetModel(CountsParameters, nn.Module):
