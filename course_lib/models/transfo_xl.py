@@ -119,11 +119,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.attention import MultiHeadAttention, attention, causal_mask
+from ..nn.attention import causal_mask
 from ..nn.checks import check_id_ranges, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
-from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
+from ..nn.relative import (
+    RelativeAttention,
+    check_mems,
+    relative_distances,
+    relative_sinusoids,
+    update_memory,
+)
 from .base import CountsParameters, TiedLMHeadModel
 from .bert import IGNORE_INDEX
 from .hf import ModelOutput
@@ -260,21 +266,15 @@ class TransfoXLLMHeadModelOutput(ModelOutput):
 # ---------------------------------------------------------------------------------------
 
 
-class TransfoXLRelativeAttention(MultiHeadAttention):
+class TransfoXLRelativeAttention(RelativeAttention):
     r"""Causal multi-head attention over ``[memory; segment]`` with relative positions.
 
-    The projections are :class:`~course_lib.nn.attention.MultiHeadAttention`'s (no biases, as
-    in the paper), plus ``w_r`` (:math:`W_R`) for the relative encodings and the per-head
-    vectors ``r_w_bias`` (:math:`u`) and ``r_r_bias`` (:math:`v`), ``[heads, d_head]``. Its
+    The parameters are :class:`~course_lib.nn.relative.RelativeAttention`'s: the projections
+    (no biases, as in the paper), ``w_r`` (:math:`W_R`) for the relative encodings and the
+    per-head vectors ``r_w_bias`` (:math:`u`) and ``r_r_bias`` (:math:`v`), ``[heads, d_head]``. Its
     ``forward`` takes the segment's states, the memory and the encodings, not
     ``MultiHeadAttention``'s ``(query, key, value)``.
     """
-
-    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=False)
-        self.w_r = nn.Linear(d_model, d_model, bias=False)
-        self.r_w_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # u: content
-        self.r_r_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # v: position
 
     def project(self, h: Tensor, mem: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """``(q, k, v)``, ``[batch, heads, length, d_head]``: queries from ``h`` ``[batch, q_len,
@@ -300,9 +300,7 @@ class TransfoXLRelativeAttention(MultiHeadAttention):
                 f"pos_emb must be [k_len + q_len, d_model] = [{k_len + q.size(-2)}, {self.d_model}] "
                 f"(one row per distance), got {tuple(pos_emb.shape)}"
             )
-        k_r = self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)  # [heads, P, d_head]
-        raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
-        return rel_shift(raw, k_len)
+        return self.relative_scores(q, self.relative_keys(pos_emb), k_len)
 
     def scores(self, h: Tensor, *, pos_emb: Tensor, mem: Tensor | None = None) -> Tensor:
         r"""The attention scores before masking and softmax, ``[batch, heads, q_len, k_len]``:
@@ -327,10 +325,7 @@ class TransfoXLRelativeAttention(MultiHeadAttention):
         q_len, k_len = q.size(-2), k.size(-2)
         bias = self.position_scores(q, pos_emb, k_len) / self.d_head**0.5
         mask = causal_mask(q_len, key_length=k_len, device=h.device)  # key j <= mem_len + i
-        p = self.dropout if self.training else 0.0
-        out, weights = attention(
-            q + self.r_w_bias[:, None], k, v, mask, bias=bias, dropout_p=p, return_weights=return_weights
-        )
+        out, weights = self.attend(q, k, v, bias, mask, return_weights)
         return self.w_o(self.merge_heads(out)), weights
 
 
