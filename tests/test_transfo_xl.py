@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 import course_lib
-from course_lib.models import transfo_xl
 from course_lib.models.bert import next_token_loss
 from course_lib.models.transfo_xl import (
     TransfoXLConfig,
@@ -18,6 +17,7 @@ from course_lib.models.transfo_xl import (
     TransfoXLModel,
     segmented_nll,
 )
+from course_lib.nn import relative
 from course_lib.nn.relative import check_mems, rel_shift, relative_distances, update_memory
 from course_lib.train import fit
 
@@ -183,7 +183,7 @@ def test_a_mirrored_shift_is_caught_by_the_brute_force(monkeypatch):
     model = make()
     seg1, seg2 = ids(2, 7, seed=1), ids(2, 4, seed=2)
     right = brute_force_errors(model, seg1, seg2)
-    monkeypatch.setattr(transfo_xl, "rel_shift", mirrored_shift)
+    monkeypatch.setattr(relative, "rel_shift", mirrored_shift)
     wrong = brute_force_errors(model, seg1, seg2)
     assert max(right.values()) <= TOL, right
     assert wrong["scores"] > 1e-2 and wrong["layer"] > 1e-3, wrong
@@ -407,7 +407,7 @@ def test_segmented_nll_shapes_and_what_it_equals():
 
 def test_segmented_nll_refuses_bad_arguments():
     model = make()
-    with pytest.raises(ValueError, match="T >= 2"):
+    with pytest.raises(ValueError, match="seq_len >= 2"):
         segmented_nll(model, ids(2, 1), 4)
     with pytest.raises(ValueError, match="segment_len"):
         segmented_nll(model, ids(2, 5), 0)

@@ -11,7 +11,6 @@ from .ar_ae import (
     inconsistent_mass,
     mask_discrepancy,
     next_token_log_probs,
-    next_tokens,
     normalise_grid,
     pair_joint,
     perplexity,
@@ -24,6 +23,7 @@ from .cloze import SIDES, generate_greedy, generation_statistics, hidden_word_ac
 from .distill import inference_seconds, tag_agreement, word_logits
 from .heads import coreference_pairs, dependency_pairs, head_accuracy, offset_baseline
 from .layers import encoder_word_attentions, encoder_word_vectors, layer_transitions, layer_vectors
+from .lm_steps import next_tokens
 from .minimal_pairs import labelled_pairs, minimal_pair_preference, word_order_pairs
 from .probes import linear_probe, normalise_layers, train_probe
 from .structural import (

@@ -64,8 +64,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..objectives.pairs import reverse_sequences
-from ..train import evaluating, model_device
-from .cloze import _is_causal
+from ..train import evaluating
+from .lm_steps import (
+    ban_tokens,
+    ids_list,
+    is_causal,
+    lm_batch,
+    lm_logits,
+    need_causal,
+    need_masked,
+    next_tokens,
+    vocab_id,
+)
 from .xlnet import is_permutation_lm, plm_pair_joint
 
 __all__ = [
@@ -95,116 +105,6 @@ DIRECTIONS = ("left_to_right", "right_to_left")  # a causal LM's reading order (
 
 
 # ---------------------------------------------------------------------------------------
-# Checks and shared steps
-# ---------------------------------------------------------------------------------------
-
-
-def _need_causal(model: nn.Module, what: str) -> None:
-    if not _is_causal(model):
-        raise ValueError(
-            f"{what} needs a left-to-right (causal) LM, config.is_decoder=True, e.g. BertLMHeadModel; "
-            f"got a masked LM ({type(model).__name__}): use pseudo_log_likelihood / fill_masks for it"
-        )
-
-
-def _need_masked(model: nn.Module, what: str) -> None:
-    if _is_causal(model):
-        raise ValueError(
-            f"{what} needs a masked LM (e.g. BertForMaskedLM); got a left-to-right LM "
-            f"({type(model).__name__}, config.is_decoder=True): use sequence_log_likelihood / "
-            "sample_causal for it"
-        )
-
-
-def _vocab_id(model: nn.Module, token_id: int | None, name: str) -> int:
-    if token_id is None:
-        raise ValueError(f"{name} is required for a masked LM (the id of [MASK])")
-    size = model.config.vocab_size
-    if not 0 <= int(token_id) < size:
-        raise ValueError(f"{name}={token_id} must lie in [0, vocab_size={size})")
-    return int(token_id)
-
-
-def _ids_list(model: nn.Module, ids: Sequence[int], name: str, *, allow_empty: bool = False) -> list[int]:
-    ids = [int(i) for i in ids]
-    if not ids and not allow_empty:
-        raise ValueError(f"{name} is empty: give at least one token id")
-    size = model.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < size]
-    if bad:
-        raise ValueError(f"{name} holds ids outside [0, vocab_size={size}): {bad[:5]}")
-    return ids
-
-
-def _batch(
-    model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None, *, single: bool = False
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Checked ``(input_ids [B, T], attention_mask [B, T] long, lengths [B])`` on the model's
-    device. ``single``: one sequence, ``[T]`` or ``[1, T]``."""
-    if not isinstance(input_ids, Tensor):
-        raise ValueError(f"input_ids must be a tensor of token ids, got {type(input_ids).__name__}")
-    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    if input_ids.dim() == 1 and single:
-        input_ids = input_ids[None]
-        attention_mask = None if attention_mask is None else attention_mask.reshape(1, -1)
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
-    if single and input_ids.size(0) != 1:
-        raise ValueError(f"give one sequence ([seq_len] or [1, seq_len]), got shape {tuple(input_ids.shape)}")
-    if input_ids.numel() == 0:
-        raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)})")
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    if attention_mask.shape != input_ids.shape:
-        raise ValueError(
-            f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)} "
-            f"(1 = real token, 0 = padding), got {tuple(attention_mask.shape)}"
-        )
-    if not ((attention_mask == 0) | (attention_mask == 1)).all():
-        raise ValueError("attention_mask must hold only 1 (real token) and 0 (padding)")
-    real = attention_mask.bool()
-    if not real[:, 0].all() or (real[:, 1:] & ~real[:, :-1]).any():
-        raise ValueError(
-            "attention_mask must be right-padded: in every row the real tokens (1) come first, "
-            "the padding (0) after them, and the first token is real"
-        )
-    device = model_device(model)
-    return input_ids.to(device), attention_mask.long().to(device), real.sum(1).to(device)
-
-
-def _lm_logits(model: nn.Module, **inputs: Tensor) -> Tensor:
-    """``[batch, seq, vocab]`` float logits: a causal LM's next-token logits (position ``t``
-    scores token ``t + 1``) or a masked LM's logits (position ``t`` scores token ``t``)."""
-    out = model(**inputs)
-    return (out.logits if _is_causal(model) else out.mlm_logits).float()
-
-
-def next_tokens(
-    logits: Tensor, *, temperature: float = 0.0, generator: torch.Generator | None = None
-) -> Tensor:
-    r"""One token per row of ``logits`` ``[rows, vocab]``: the most likely one
-    (``temperature=0``) or a sample from :math:`\mathrm{softmax}(\text{logits} / \tau)`.
-
-    Set a banned token's logit to ``-inf`` before the call. Sampling runs on the CPU, so a
-    seeded CPU ``generator`` gives the same tokens whatever device the model is on.
-    """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if temperature == 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits.float().cpu() / temperature, -1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(logits.device)
-
-
-def _ban(scores: Tensor, banned: Sequence[int], *, fill: float = float("-inf")) -> Tensor:
-    """``scores`` with the ``banned`` token ids' entries (last axis) set to ``fill``, in place."""
-    if banned:
-        scores[..., list(banned)] = fill
-    return scores
-
-
-# ---------------------------------------------------------------------------------------
 # 1. The AR model's chain rule
 # ---------------------------------------------------------------------------------------
 
@@ -214,10 +114,10 @@ def next_token_log_probs(
 ) -> Tensor:
     r"""``[batch, seq_len - 1]``: column ``t - 1`` holds :math:`\log p(x_t \mid x_{<t})` for
     ``t = 1 .. seq_len - 1``, and 0 where :math:`x_t` is padding. One forward pass."""
-    _need_causal(causal_model, "next_token_log_probs")
-    ids, att, _ = _batch(causal_model, input_ids, attention_mask)
+    need_causal(causal_model, "next_token_log_probs")
+    ids, att, _ = lm_batch(causal_model, input_ids, attention_mask)
     with evaluating(causal_model):
-        logp = torch.log_softmax(_lm_logits(causal_model, input_ids=ids, attention_mask=att)[:, :-1], -1)
+        logp = torch.log_softmax(lm_logits(causal_model, input_ids=ids, attention_mask=att)[:, :-1], -1)
     # the logits at t - 1 score the token at t
     picked = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
     return (picked * att[:, 1:]).cpu()
@@ -236,8 +136,8 @@ def perplexity(causal_model: nn.Module, input_ids: Tensor, attention_mask: Tenso
     tokens after the first of every sequence in the batch (a per-token mean over the whole
     batch, not a mean of per-sequence perplexities): ``exp(lm_loss)`` of
     :func:`~course_lib.objectives.pretraining.evaluate_causal_lm`."""
-    _need_causal(causal_model, "perplexity")
-    _, _, lengths = _batch(causal_model, input_ids, attention_mask)
+    need_causal(causal_model, "perplexity")
+    _, _, lengths = lm_batch(causal_model, input_ids, attention_mask)
     n_predicted = int((lengths - 1).sum())
     if n_predicted == 0:
         raise ValueError("no token to predict: every sequence has a single real token")
@@ -267,12 +167,12 @@ def pseudo_log_likelihood(
     The copies (one per scored token of every sequence) run as batches of ``chunk_size`` rows;
     a sequence with no scored token gets 0.
     """
-    _need_masked(mlm_model, "pseudo_log_likelihood")
-    mask_token_id = _vocab_id(mlm_model, mask_token_id, "mask_token_id")
+    need_masked(mlm_model, "pseudo_log_likelihood")
+    mask_token_id = vocab_id(mlm_model, mask_token_id, "mask_token_id")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    ids, att, _ = _batch(mlm_model, input_ids, attention_mask)
-    skip = torch.tensor([*_ids_list(mlm_model, special_ids, "special_ids", allow_empty=True), mask_token_id])
+    ids, att, _ = lm_batch(mlm_model, input_ids, attention_mask)
+    skip = torch.tensor([*ids_list(mlm_model, special_ids, "special_ids", allow_empty=True), mask_token_id])
     scored = att.bool() & ~torch.isin(ids, skip.to(ids.device))
     rows, cols = scored.nonzero(as_tuple=True)  # one masked copy per (sequence, position)
     total = torch.zeros(ids.size(0), device=ids.device)
@@ -282,7 +182,7 @@ def pseudo_log_likelihood(
             n = torch.arange(r.numel(), device=ids.device)
             x = ids[r].clone()
             x[n, c] = mask_token_id
-            logits = _lm_logits(mlm_model, input_ids=x, attention_mask=att[r])[n, c]
+            logits = lm_logits(mlm_model, input_ids=x, attention_mask=att[r])[n, c]
             total.index_add_(0, r, torch.log_softmax(logits, -1)[n, ids[r, c]])
     return total.cpu()
 
@@ -328,7 +228,7 @@ def pair_joint(
       x_{\setminus ij}, a)`, but every other token, on both sides, is context; the two
       positions come last in the factorisation order. Sums to 1 over the full vocabulary.
     """
-    ids, att, lengths = _batch(model, input_ids, attention_mask, single=True)
+    ids, att, lengths = lm_batch(model, input_ids, attention_mask, single=True)
     if len(positions) != 2:
         raise ValueError(f"positions must be two positions (i, j), got {positions!r}")
     i, j = (int(p) for p in positions)
@@ -337,17 +237,17 @@ def pair_joint(
         raise ValueError(
             f"positions must satisfy 0 <= i < j < {n} (the real tokens), got (i, j) = ({i}, {j})"
         )
-    ci = torch.tensor(_ids_list(model, candidates_i, "candidates_i"), device=ids.device)
-    cj = torch.tensor(_ids_list(model, candidates_j, "candidates_j"), device=ids.device)
+    ci = torch.tensor(ids_list(model, candidates_i, "candidates_i"), device=ids.device)
+    cj = torch.tensor(ids_list(model, candidates_j, "candidates_j"), device=ids.device)
     if token_type_ids is not None:
         token_type_ids = token_type_ids.reshape(ids.shape).to(ids.device)
     if is_permutation_lm(model):  # XLNet: the chain rule with both sides as context
         return plm_pair_joint(model, ids[0, :n], (i, j), ci.tolist(), cj.tolist())
-    if not _is_causal(model):
+    if not is_causal(model):
         x = ids.clone()
-        x[0, [i, j]] = _vocab_id(model, mask_token_id, "mask_token_id")
+        x[0, [i, j]] = vocab_id(model, mask_token_id, "mask_token_id")
         with evaluating(model):
-            logits = _lm_logits(model, input_ids=x, attention_mask=att, token_type_ids=token_type_ids)
+            logits = lm_logits(model, input_ids=x, attention_mask=att, token_type_ids=token_type_ids)
         p = torch.softmax(logits[0, [i, j]], -1)
         return (p[0, ci][:, None] * p[1, cj][None, :]).cpu()
     if i < 1:
@@ -358,7 +258,7 @@ def pair_joint(
     tt = None if token_type_ids is None else token_type_ids.expand(k, -1)
     with evaluating(model):
         logp = torch.log_softmax(
-            _lm_logits(model, input_ids=x, attention_mask=att.expand(k, -1), token_type_ids=tt), -1
+            lm_logits(model, input_ids=x, attention_mask=att.expand(k, -1), token_type_ids=tt), -1
         )
     first = logp[:, i - 1, ci].diagonal()  # [k]: log p(a | x_<i); the same context in every row
     second = logp[:, j - 1, cj]  # [k, len(cj)]: log p(b | x_<i, a, x_i+1..j-1)
@@ -442,18 +342,18 @@ def fill_masks(
     on the CPU); with ``return_order=True`` also ``[batch, len(positions)]``: the positions
     in the order they were filled.
     """
-    _need_masked(mlm_model, "fill_masks")
+    need_masked(mlm_model, "fill_masks")
     if order not in FILL_ORDERS:
         raise ValueError(f"order must be one of {FILL_ORDERS}, got {order!r}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    mask_token_id = _vocab_id(mlm_model, mask_token_id, "mask_token_id")
-    banned = sorted({*_ids_list(mlm_model, banned_ids, "banned_ids", allow_empty=True), mask_token_id})
+    mask_token_id = vocab_id(mlm_model, mask_token_id, "mask_token_id")
+    banned = sorted({*ids_list(mlm_model, banned_ids, "banned_ids", allow_empty=True), mask_token_id})
     one = input_ids.dim() == 1
     if one:
         input_ids = input_ids[None]
         attention_mask = None if attention_mask is None else attention_mask.reshape(1, -1)
-    ids, att, lengths = _batch(mlm_model, input_ids, attention_mask)
+    ids, att, lengths = lm_batch(mlm_model, input_ids, attention_mask)
     pos = sorted(int(p) for p in positions)
     if not pos:
         raise ValueError("positions is empty: give at least one position to fill")
@@ -472,13 +372,13 @@ def fill_masks(
     filled_in = []
     with evaluating(mlm_model):
         for _ in pos:
-            logits = _lm_logits(mlm_model, input_ids=x, attention_mask=att)[:, where]  # [B, R, V]
+            logits = lm_logits(mlm_model, input_ids=x, attention_mask=att)[:, where]  # [B, R, V]
             if order == "left_to_right":
                 pick = left.int().argmax(1)  # the first position still masked
             else:
-                allowed = _ban(torch.softmax(logits, -1), banned, fill=0.0)  # p of the choosable tokens
+                allowed = ban_tokens(torch.softmax(logits, -1), banned, fill=0.0)  # p of the choosable tokens
                 pick = allowed.amax(-1).masked_fill(~left, -1.0).argmax(1)
-            chosen = _ban(logits[batch, pick], banned)
+            chosen = ban_tokens(logits[batch, pick], banned)
             x[batch, where[pick]] = next_tokens(chosen, temperature=temperature, generator=generator)
             left[batch, pick] = False
             filled_in.append(where[pick])
@@ -505,26 +405,26 @@ def sample_causal(
     only, and sampling stops once every sequence has. Returns prompt and continuation
     (the shape of the input plus the new columns) on the CPU.
     """
-    _need_causal(causal_model, "sample_causal")
+    need_causal(causal_model, "sample_causal")
     if n_tokens < 1:
         raise ValueError(f"n_tokens must be positive, got {n_tokens}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
     one = isinstance(prompt_ids, Tensor) and prompt_ids.dim() == 1
-    x, _, _ = _batch(causal_model, prompt_ids[None] if one else prompt_ids, None)
+    x, _, _ = lm_batch(causal_model, prompt_ids[None] if one else prompt_ids, None)
     limit = causal_model.config.max_position_embeddings
     if x.size(1) + n_tokens > limit:
         raise ValueError(
             f"prompt length {x.size(1)} + n_tokens {n_tokens} exceeds the model's "
             f"max_position_embeddings={limit}"
         )
-    banned = _ids_list(causal_model, banned_ids, "banned_ids", allow_empty=True)
+    banned = ids_list(causal_model, banned_ids, "banned_ids", allow_empty=True)
     if eos_token_id is not None:
-        eos_token_id = _vocab_id(causal_model, eos_token_id, "eos_token_id")
+        eos_token_id = vocab_id(causal_model, eos_token_id, "eos_token_id")
     done = torch.zeros(x.size(0), dtype=torch.bool, device=x.device)
     with evaluating(causal_model):
         for _ in range(n_tokens):
-            logits = _ban(_lm_logits(causal_model, input_ids=x)[:, -1], banned)
+            logits = ban_tokens(lm_logits(causal_model, input_ids=x)[:, -1], banned)
             token = next_tokens(logits, temperature=temperature, generator=generator)
             if eos_token_id is not None:
                 token = token.masked_fill(done, eos_token_id)
@@ -571,12 +471,12 @@ def mask_discrepancy(
     count positions, and ``masked`` (``[batch, seq_len]``, bool) marks the masked ones.
     Specials and padding are neither masked nor compared.
     """
-    _need_masked(mlm_model, "mask_discrepancy")
+    need_masked(mlm_model, "mask_discrepancy")
     if not 0.0 <= mask_share < 1.0:
         raise ValueError(f"mask_share must lie in [0, 1), got {mask_share}")
-    mask_token_id = _vocab_id(mlm_model, mask_token_id, "mask_token_id")
-    ids, att, _ = _batch(mlm_model, input_ids, attention_mask)
-    skip = torch.tensor([*_ids_list(mlm_model, special_ids, "special_ids", allow_empty=True), mask_token_id])
+    mask_token_id = vocab_id(mlm_model, mask_token_id, "mask_token_id")
+    ids, att, _ = lm_batch(mlm_model, input_ids, attention_mask)
+    skip = torch.tensor([*ids_list(mlm_model, special_ids, "special_ids", allow_empty=True), mask_token_id])
     candidate = (att.bool() & ~torch.isin(ids, skip.to(ids.device))).cpu()
     n = candidate.sum(1)
     k = torch.minimum(torch.round(n * mask_share).long(), (n - 1).clamp(min=0))
@@ -644,7 +544,7 @@ def cloze_log_probs(
       reversed (:func:`~course_lib.objectives.pairs.reverse_sequences`) and the model
       predicts :math:`\log p(x_t \mid x_{>t})`; ``t`` must not be the row's last real token.
     """
-    ids, att, lengths = _batch(model, input_ids, attention_mask)
+    ids, att, lengths = lm_batch(model, input_ids, attention_mask)
     pos = torch.as_tensor(positions, dtype=torch.long).reshape(-1, 2).to(ids.device)
     if pos.numel() == 0:
         raise ValueError("positions is empty: give at least one (row, column) pair")
@@ -653,8 +553,8 @@ def cloze_log_probs(
         raise ValueError(f"a row of positions lies outside the batch of {ids.size(0)} sequences")
     if bool(((c < 0) | (c >= lengths[r.clamp(0, ids.size(0) - 1)])).any()):
         raise ValueError("a column of positions is not a real token of its row (padding or beyond the row)")
-    if not _is_causal(model):
-        mask_token_id = _vocab_id(model, mask_token_id, "mask_token_id")
+    if not is_causal(model):
+        mask_token_id = vocab_id(model, mask_token_id, "mask_token_id")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
         out = []
@@ -665,7 +565,7 @@ def cloze_log_probs(
                 x = ids[rr].clone()
                 x[n, cc] = mask_token_id
                 out.append(
-                    torch.log_softmax(_lm_logits(model, input_ids=x, attention_mask=att[rr])[n, cc], -1)
+                    torch.log_softmax(lm_logits(model, input_ids=x, attention_mask=att[rr])[n, cc], -1)
                 )
         return torch.cat(out).cpu()
     if direction not in DIRECTIONS:
@@ -680,7 +580,7 @@ def cloze_log_probs(
         )
     rows = torch.unique(r)
     with evaluating(model):
-        logits = _lm_logits(model, input_ids=ids[rows], attention_mask=att[rows])
+        logits = lm_logits(model, input_ids=ids[rows], attention_mask=att[rows])
     where = torch.searchsorted(rows, r.contiguous())
     return torch.log_softmax(logits[where, c - 1], -1).cpu()
 

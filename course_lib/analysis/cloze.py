@@ -24,19 +24,16 @@ from torch import Tensor, nn
 from ..data.tokenizers import special_ids
 from ..objectives.pretraining import mlm_logits
 from ..train import model_device
+from .lm_steps import is_causal
 
 __all__ = ["SIDES", "hidden_word_accuracy", "generate_greedy", "generation_statistics", "top_predictions"]
 
 SIDES = ("both sides visible", "right side hidden", "left side hidden")
 
 
-def _is_causal(model: nn.Module) -> bool:
-    return bool(getattr(model.config, "is_decoder", False))
-
-
 def _logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     out = model(input_ids=input_ids, attention_mask=attention_mask)
-    return out.logits if _is_causal(model) else out.mlm_logits
+    return out.logits if is_causal(model) else out.mlm_logits
 
 
 @torch.no_grad()
@@ -64,7 +61,7 @@ def hidden_word_accuracy(
     where = [int(torch.randint(1, len(ids) - 2, (), generator=g)) for ids in encoded]
     targets = torch.tensor([ids[p] for ids, p in zip(encoded, where)])
     m = ids_of["mask"]
-    sides = ("right side hidden",) if _is_causal(model) else SIDES
+    sides = ("right side hidden",) if is_causal(model) else SIDES
     result = {}
     for side in sides:
         seqs, visible = [], []
@@ -76,7 +73,7 @@ def hidden_word_accuracy(
             elif side == "left side hidden":
                 keep[1:p] = [False] * (p - 1)
             x = list(ids)
-            if not _is_causal(model):
+            if not is_causal(model):
                 x[p] = m
                 if hide == "mask":
                     x = [t if k else m for t, k in zip(x, keep)]
@@ -85,10 +82,10 @@ def hidden_word_accuracy(
             visible.append(torch.tensor(keep))
         x = nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=ids_of["pad"]).to(device)
         att = nn.utils.rnn.pad_sequence(visible, batch_first=True, padding_value=False).long().to(device)
-        if _is_causal(model):
+        if is_causal(model):
             att = (x != ids_of["pad"]).long()  # it never looks right anyway
         logits = _logits(model, x, att)
-        read_at = torch.tensor(where) - (1 if _is_causal(model) else 0)  # a causal LM predicts t from t-1
+        read_at = torch.tensor(where) - (1 if is_causal(model) else 0)  # a causal LM predicts t from t-1
         pred = logits[torch.arange(len(seqs)), read_at.to(device)].argmax(-1).cpu()
         result[side] = (pred == targets).float().mean().item()
     return result
@@ -106,7 +103,7 @@ def generate_greedy(model: nn.Module, tokenizer, prompt: str, n_tokens: int) -> 
     x = tokenizer.encode(prompt).ids[:-1]  # drop the final [SEP]
     banned = sorted(set(ids_of.values()))
     for _ in range(n_tokens):
-        if _is_causal(model):
+        if is_causal(model):
             inputs = torch.tensor([x], device=device)
             logits = model(input_ids=inputs).logits[0, -1]
         else:

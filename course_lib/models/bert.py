@@ -55,9 +55,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
+from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
-from ..nn.parameters import count_parameters
+from ..nn.init import init_weights
 from ..nn.positional import check_length
+from .base import CountsParameters, WithBody
 from .hf import (
     HEADS_BERT_MLM,
     HEADS_BERT_PRETRAINING,
@@ -188,28 +190,14 @@ def check_inputs(
     (:meth:`BertEmbeddings.default_position_ids`).
     """
     c = config
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
-    for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
-        if t is not None and t.shape != input_ids.shape:
-            extra = " (1 = real token, 0 = padding)" if name == "attention_mask" else ""
-            raise ValueError(
-                f"{name} must have the shape of input_ids {tuple(input_ids.shape)}{extra}, "
-                f"got {tuple(t.shape)}"
-            )
-    if torch.compiler.is_compiling():
-        return  # the range checks read values back (a graph break); compiled code checks shapes only
+    check_token_batch(input_ids)
+    check_same_shape(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
     limits = [("input_ids", input_ids, "vocab_size", c.vocab_size)]
     if token_type_ids is not None:
         limits.append(("token_type_ids", token_type_ids, "type_vocab_size", c.type_vocab_size))
     if position_ids is not None:
         limits.append(("position ids", position_ids, "max_position_embeddings", c.max_position_embeddings))
-    # one host sync for every range check
-    hi = torch.stack([t.max() for _, t, _, _ in limits]).tolist()
-    lo = torch.stack([t.min() for _, t, _, _ in limits]).tolist()
-    for (name, _, table, size), top, bottom in zip(limits, hi, lo):
-        if top >= size or bottom < 0:
-            raise ValueError(f"{name} must lie in [0, {table}={size}), got values in [{bottom}, {top}]")
+    check_id_ranges(*limits)
 
 
 # ---------------------------------------------------------------------------------------
@@ -360,31 +348,7 @@ class BertMLMHead(nn.Module):
 # ---------------------------------------------------------------------------------------
 
 
-def _init_bert_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding row."""
-    for m in module.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, mean=0.0, std=std)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=std)
-            if m.padding_idx is not None:
-                with torch.no_grad():
-                    m.weight[m.padding_idx].zero_()
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
-        elif isinstance(m, BertMLMHead):
-            nn.init.zeros_(m.bias)
-
-
-def _count_parameters(model: nn.Module, *, exclude_embeddings: bool = False) -> int:
-    tables = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)] if exclude_embeddings else []
-    return count_parameters(model, skip=tables)
-
-
-class BertModel(HFBody, nn.Module):
+class BertModel(CountsParameters, HFBody, nn.Module):
     """Embeddings, the encoder stack and (optionally) the pooler.
 
     ``forward(input_ids, attention_mask=None, token_type_ids=None, position_ids=None, *,
@@ -405,7 +369,7 @@ class BertModel(HFBody, nn.Module):
         self.embeddings = self.embeddings_class(config)
         self.encoder = self.encoder_class(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        _init_bert_weights(self, config.initializer_range)
+        init_weights(self, config.initializer_range)
 
     @property
     def device(self) -> torch.device:
@@ -449,10 +413,6 @@ class BertModel(HFBody, nn.Module):
             attentions=tuple(weights) if weights is not None else None,
         )
 
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
 
 def body_of(model: nn.Module) -> BertModel:
     """The encoder of ``model``: the model itself when it is a :class:`BertModel`, else the
@@ -464,47 +424,6 @@ def body_of(model: nn.Module) -> BertModel:
     raise TypeError(
         f"expected a BertModel or a BERT-family task model (a body with heads), got {type(model).__name__}"
     )
-
-
-class WithBody:
-    """What every model with a body at ``base_attr`` shares (BERT's task models, XLNet's and
-    Transformer-XL's LM heads): ``base`` (the body), ``device`` and ``num_parameters``."""
-
-    base_attr: str
-
-    @property
-    def base(self) -> nn.Module:
-        return getattr(self, self.base_attr)
-
-    @property
-    def device(self) -> torch.device:
-        return self.base.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied or shared ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
-
-
-class TiedLMHeadModel(WithBody, nn.Module):
-    """A body (``body_class(config)`` at ``transformer``, Hugging Face's name) with a language-
-    model head ``lm_head``: a ``Linear(d_model, vocab_size)`` with a bias whose matrix is the
-    body's word embedding matrix when ``config.tie_word_embeddings`` (XLNet, Transformer-XL)."""
-
-    body_class: type
-    base_attr = "transformer"
-
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.transformer = self.body_class(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
-        _init_bert_weights(self.lm_head, config.initializer_range)
-        self.tie_weights()
-
-    def tie_weights(self) -> None:
-        """Share the head's matrix with the word embeddings (when the config says so)."""
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.transformer.word_embedding.weight
 
 
 class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
@@ -532,7 +451,7 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
         for name, head in heads.items():
             setattr(self, name, head)
         for head in heads.values():
-            _init_bert_weights(head, config.initializer_range)
+            init_weights(head, config.initializer_range)
         self.tie_weights()
 
     def build_heads(self, config: BertConfig) -> dict[str, nn.Module]:

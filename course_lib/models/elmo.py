@@ -107,6 +107,7 @@ from ..data.chars import (
     word_to_char_ids,
     words_to_char_ids,
 )
+from ..nn.checks import check_id_ranges
 
 __all__ = [
     "N_CHARACTERS",
@@ -270,12 +271,7 @@ def _check_inputs(char_ids: Tensor, mask: Tensor | None, config: ElmoConfig) -> 
             f"char_ids has {chars} characters per token, the model expects "
             f"max_chars_per_token={config.max_chars_per_token}"
         )
-    lo, hi = int(char_ids.min()), int(char_ids.max())
-    if lo < 0 or hi >= config.n_characters:
-        raise ValueError(
-            f"character id out of range: found ids in [{lo}, {hi}], allowed 0..{config.n_characters - 1} "
-            f"(n_characters={config.n_characters})"
-        )
+    check_id_ranges(("char_ids", char_ids, "n_characters", config.n_characters))
     if mask is None:
         mask = (char_ids > 0).any(-1)
     else:
@@ -644,11 +640,7 @@ class ElmoLanguageModel(nn.Module):
         n = int(valid.sum())
         if n == 0:
             raise ValueError("nothing to predict: every sentence in the batch has fewer than 2 tokens")
-        hi, lo = int(word_ids[st.mask].max()), int(word_ids[st.mask].min())
-        if lo < 0 or hi >= self.config.vocab_size:
-            raise ValueError(
-                f"word id out of range: found [{lo}, {hi}], allowed 0..{self.config.vocab_size - 1}"
-            )
+        check_id_ranges(("word_ids", word_ids[st.mask], "vocab_size", self.config.vocab_size))
         f_states = st.forward[-1][:, :-1][valid]  # [n, projection_dim], states at t predicting t + 1
         b_states = st.backward[-1][:, 1:][valid]  # states at t + 1 predicting t
         f_targets = word_ids[:, 1:][valid]

@@ -118,10 +118,19 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from ..nn.attention import MultiHeadAttention, attention, causal_mask
+from ..nn.attention import causal_mask
+from ..nn.checks import check_id_ranges, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
-from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import TiedLMHeadModel, _count_parameters, _init_bert_weights, next_token_loss
+from ..nn.init import init_weights
+from ..nn.relative import (
+    RelativeAttention,
+    check_mems,
+    relative_distances,
+    relative_sinusoids,
+    update_memory,
+)
+from .base import CountsParameters, TiedLMHeadModel
+from .bert import next_token_loss
 from .hf import ModelOutput
 
 __all__ = [
@@ -255,21 +264,15 @@ class TransfoXLLMHeadModelOutput(ModelOutput):
 # ---------------------------------------------------------------------------------------
 
 
-class TransfoXLRelativeAttention(MultiHeadAttention):
+class TransfoXLRelativeAttention(RelativeAttention):
     r"""Causal multi-head attention over ``[memory; segment]`` with relative positions.
 
-    The projections are :class:`~course_lib.nn.attention.MultiHeadAttention`'s (no biases, as
-    in the paper), plus ``w_r`` (:math:`W_R`) for the relative encodings and the per-head
-    vectors ``r_w_bias`` (:math:`u`) and ``r_r_bias`` (:math:`v`), ``[heads, d_head]``. Its
+    The parameters are :class:`~course_lib.nn.relative.RelativeAttention`'s: the projections
+    (no biases, as in the paper), ``w_r`` (:math:`W_R`) for the relative encodings and the
+    per-head vectors ``r_w_bias`` (:math:`u`) and ``r_r_bias`` (:math:`v`), ``[heads, d_head]``. Its
     ``forward`` takes the segment's states, the memory and the encodings, not
     ``MultiHeadAttention``'s ``(query, key, value)``.
     """
-
-    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=False)
-        self.w_r = nn.Linear(d_model, d_model, bias=False)
-        self.r_w_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # u: content
-        self.r_r_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # v: position
 
     def project(self, h: Tensor, mem: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         """``(q, k, v)``, ``[batch, heads, length, d_head]``: queries from ``h`` ``[batch, q_len,
@@ -295,9 +298,7 @@ class TransfoXLRelativeAttention(MultiHeadAttention):
                 f"pos_emb must be [k_len + q_len, d_model] = [{k_len + q.size(-2)}, {self.d_model}] "
                 f"(one row per distance), got {tuple(pos_emb.shape)}"
             )
-        k_r = self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)  # [heads, P, d_head]
-        raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
-        return rel_shift(raw, k_len)
+        return self.relative_scores(q, self.relative_keys(pos_emb), k_len)
 
     def scores(self, h: Tensor, *, pos_emb: Tensor, mem: Tensor | None = None) -> Tensor:
         r"""The attention scores before masking and softmax, ``[batch, heads, q_len, k_len]``:
@@ -322,10 +323,7 @@ class TransfoXLRelativeAttention(MultiHeadAttention):
         q_len, k_len = q.size(-2), k.size(-2)
         bias = self.position_scores(q, pos_emb, k_len) / self.d_head**0.5
         mask = causal_mask(q_len, key_length=k_len, device=h.device)  # key j <= mem_len + i
-        p = self.dropout if self.training else 0.0
-        out, weights = attention(
-            q + self.r_w_bias[:, None], k, v, mask, bias=bias, dropout_p=p, return_weights=return_weights
-        )
+        out, weights = self.attend(q, k, v, bias, mask, return_weights)
         return self.w_o(self.merge_heads(out)), weights
 
 
@@ -359,7 +357,7 @@ class TransfoXLLayer(nn.Module):
 def _init_transfo_xl_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation (N(0, std) weights, zero biases, unit LayerNorms), and N(0, std)
     for the attention's ``u`` and ``v``."""
-    _init_bert_weights(module, std)
+    init_weights(module, std)
     for m in module.modules():
         if isinstance(m, TransfoXLRelativeAttention):
             nn.init.normal_(m.r_w_bias, mean=0.0, std=std)
@@ -368,20 +366,11 @@ def _init_transfo_xl_weights(module: nn.Module, std: float) -> None:
 
 def check_inputs(config: TransfoXLConfig, input_ids: Tensor) -> None:
     """``input_ids`` ``[batch, seq_len]`` of integer ids inside the vocabulary (``ValueError`` otherwise)."""
-    if input_ids.dim() != 2 or input_ids.size(1) == 0:
-        raise ValueError(
-            f"input_ids must be [batch, seq_len] with seq_len >= 1, got shape {tuple(input_ids.shape)}"
-        )
-    if input_ids.is_floating_point() or input_ids.is_complex():
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
-    lo, hi = torch.stack([input_ids.min(), input_ids.max()]).tolist()
-    if lo < 0 or hi >= config.vocab_size:
-        raise ValueError(
-            f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{lo}, {hi}]"
-        )
+    check_token_batch(input_ids, min_length=1)
+    check_id_ranges(("input_ids", input_ids, "vocab_size", config.vocab_size))
 
 
-class TransfoXLModel(nn.Module):
+class TransfoXLModel(CountsParameters, nn.Module):
     """The word embeddings and the stack of relative-attention layers, with memory.
 
     ``forward(input_ids, mems=None, *, mem_len=None, output_attentions=False,
@@ -411,10 +400,6 @@ class TransfoXLModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.word_embedding.weight.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied or shared ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
     def embed(self, input_ids: Tensor) -> Tensor:
         r""":math:`\sqrt{d_{model}}\, e(x)`, ``[batch, seq_len, d_model]`` (before dropout)."""
@@ -533,8 +518,7 @@ def segment_token_nll(
     """
     if not isinstance(model, TransfoXLLMHeadModel):
         raise TypeError(f"segmented_nll needs a TransfoXLLMHeadModel, got {type(model).__name__}")
-    if input_ids.dim() != 2 or input_ids.size(1) < 2:
-        raise ValueError(f"input_ids must be [batch, T] with T >= 2, got shape {tuple(input_ids.shape)}")
+    check_token_batch(input_ids, min_length=2)
     if segment_len <= 0:
         raise ValueError(f"segment_len must be positive, got {segment_len}")
     if mem_len is not None and mem_len < 0:

@@ -77,44 +77,36 @@ class TransformerConfig:
             self.final_norm = self.norm_first
 
 
-class _Residual(nn.Module):
-    """Residual + LayerNorm around one sub-layer, post-LN or pre-LN."""
-
-    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
-
-    def forward(self, x: Tensor, sublayer) -> tuple[Tensor, Tensor | None]:
-        if self.norm_first:
-            out, extra = sublayer(self.norm(x))
-            return x + self.dropout(out), extra
-        out, extra = sublayer(x)
-        return self.norm(x + self.dropout(out)), extra
-
-
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network, each with residual + LayerNorm."""
+    """Self-attention, then the feed-forward network, each with a residual connection and a
+    LayerNorm: post-LN ``x = norm(x + dropout(sublayer(x)))`` (the paper) or pre-LN
+    ``x = x + dropout(sublayer(norm(x)))`` (``norm_first``)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = config
         self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.attention_dropout)
         self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, activation=c.activation)
-        self.sublayer_attn = _Residual(c.d_model, c.dropout, c.norm_first, c.layer_norm_eps)
-        self.sublayer_ffn = _Residual(c.d_model, c.dropout, c.norm_first, c.layer_norm_eps)
+        self.norm_attn = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm_ffn = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.norm_first = c.norm_first
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False):
-        x, weights = self.sublayer_attn(
-            x, lambda h: self.self_attn(h, mask=mask, return_weights=return_weights)
-        )
-        x, _ = self.sublayer_ffn(x, lambda h: (self.ffn(h), None))
+        if self.norm_first:
+            a, weights = self.self_attn(self.norm_attn(x), mask=mask, return_weights=return_weights)
+            x = x + self.dropout(a)
+            x = x + self.dropout(self.ffn(self.norm_ffn(x)))
+        else:
+            a, weights = self.self_attn(x, mask=mask, return_weights=return_weights)
+            x = self.norm_attn(x + self.dropout(a))
+            x = self.norm_ffn(x + self.dropout(self.ffn(x)))
         return x, weights
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward; each with residual + LayerNorm."""
+    """Masked self-attention, encoder-decoder attention, feed-forward; each with a residual
+    connection and a LayerNorm, post-LN or pre-LN as in :class:`EncoderLayer`."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -122,9 +114,11 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.attention_dropout)
         self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, dropout=c.attention_dropout)
         self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, activation=c.activation)
-        self.sublayer_self = _Residual(c.d_model, c.dropout, c.norm_first, c.layer_norm_eps)
-        self.sublayer_cross = _Residual(c.d_model, c.dropout, c.norm_first, c.layer_norm_eps)
-        self.sublayer_ffn = _Residual(c.d_model, c.dropout, c.norm_first, c.layer_norm_eps)
+        self.norm_self = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm_cross = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.norm_ffn = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.norm_first = c.norm_first
 
     def forward(
         self,
@@ -136,13 +130,20 @@ class DecoderLayer(nn.Module):
         causal: bool = True,
         return_weights: bool = False,
     ):
-        x, self_w = self.sublayer_self(
-            x, lambda h: self.self_attn(h, mask=self_mask, causal=causal, return_weights=return_weights)
-        )
-        x, cross_w = self.sublayer_cross(
-            x, lambda h: self.cross_attn(h, memory, memory, mask=memory_mask, return_weights=return_weights)
-        )
-        x, _ = self.sublayer_ffn(x, lambda h: (self.ffn(h), None))
+        if self.norm_first:
+            h = self.norm_self(x)
+            a, self_w = self.self_attn(h, mask=self_mask, causal=causal, return_weights=return_weights)
+            x = x + self.dropout(a)
+            h = self.norm_cross(x)
+            a, cross_w = self.cross_attn(h, memory, memory, mask=memory_mask, return_weights=return_weights)
+            x = x + self.dropout(a)
+            x = x + self.dropout(self.ffn(self.norm_ffn(x)))
+        else:
+            a, self_w = self.self_attn(x, mask=self_mask, causal=causal, return_weights=return_weights)
+            x = self.norm_self(x + self.dropout(a))
+            a, cross_w = self.cross_attn(x, memory, memory, mask=memory_mask, return_weights=return_weights)
+            x = self.norm_cross(x + self.dropout(a))
+            x = self.norm_ffn(x + self.dropout(self.ffn(x)))
         return x, self_w, cross_w
 
 
@@ -371,14 +372,14 @@ def copy_from_torch_transformer(ours: Transformer, ref: nn.Transformer) -> None:
     for mine, theirs in zip(ours.encoder.layers, ref.encoder.layers):
         copy_mha_from_torch(mine.self_attn, theirs.self_attn)
         copy_ffn(mine.ffn, theirs)
-        copy_ln(mine.sublayer_attn.norm, theirs.norm1)
-        copy_ln(mine.sublayer_ffn.norm, theirs.norm2)
+        copy_ln(mine.norm_attn, theirs.norm1)
+        copy_ln(mine.norm_ffn, theirs.norm2)
     for mine, theirs in zip(ours.decoder.layers, ref.decoder.layers):
         copy_mha_from_torch(mine.self_attn, theirs.self_attn)
         copy_mha_from_torch(mine.cross_attn, theirs.multihead_attn)
         copy_ffn(mine.ffn, theirs)
-        copy_ln(mine.sublayer_self.norm, theirs.norm1)
-        copy_ln(mine.sublayer_cross.norm, theirs.norm2)
-        copy_ln(mine.sublayer_ffn.norm, theirs.norm3)
+        copy_ln(mine.norm_self, theirs.norm1)
+        copy_ln(mine.norm_cross, theirs.norm2)
+        copy_ln(mine.norm_ffn, theirs.norm3)
     copy_ln(ours.encoder.norm, ref.encoder.norm)
     copy_ln(ours.decoder.norm, ref.decoder.norm)

@@ -151,10 +151,19 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn.attention import MultiHeadAttention, attention
+from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
-from ..nn.relative import check_mems, rel_shift, relative_distances, relative_sinusoids, update_memory
-from .bert import TiedLMHeadModel, _count_parameters, _init_bert_weights, masked_lm_loss
+from ..nn.init import init_weights
+from ..nn.relative import (
+    RelativeAttention,
+    check_mems,
+    rel_shift,
+    relative_distances,
+    relative_sinusoids,
+    update_memory,
+)
+from .base import CountsParameters, TiedLMHeadModel
+from .bert import masked_lm_loss
 from .hf import (
     XLNetLMHeadModelOutput,
     XLNetModelOutput,
@@ -320,21 +329,18 @@ class XLNetConfig:
 # ---------------------------------------------------------------------------------------
 
 
-class XLNetRelativeAttention(MultiHeadAttention):
+class XLNetRelativeAttention(RelativeAttention):
     """Multi-head attention with relative positions and segments, for both streams.
 
-    The projections are :class:`~course_lib.nn.attention.MultiHeadAttention`'s (no biases),
-    plus ``w_r`` for the relative encodings and the per-head vectors ``r_w_bias`` (u),
-    ``r_r_bias`` (v), ``r_s_bias`` (b) and ``seg_embed`` (:math:`s_+, s_-`). Its ``forward``
+    :class:`~course_lib.nn.relative.RelativeAttention` (the projections without biases, ``w_r``
+    for the relative encodings, the per-head vectors ``r_w_bias`` (u) and ``r_r_bias`` (v))
+    plus XLNet's segment term: ``r_s_bias`` (b) and ``seg_embed`` (:math:`s_+, s_-`). Its ``forward``
     takes the two streams and the relative encodings, not ``MultiHeadAttention``'s
     ``(query, key, value)``.
     """
 
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=False)
-        self.w_r = nn.Linear(d_model, d_model, bias=False)
-        self.r_w_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # u: content
-        self.r_r_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # v: position
+        super().__init__(d_model, n_heads, dropout=dropout)
         self.r_s_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # b: segment
         self.seg_embed = nn.Parameter(torch.zeros(2, n_heads, self.d_head))  # s+ (same), s- (different)
 
@@ -345,14 +351,13 @@ class XLNetRelativeAttention(MultiHeadAttention):
         ``[heads, k_len + q_len, d_head]``, the projected encodings of :func:`relative_distances`;
         ``seg_diff``: boolean ``[batch, q_len, k_len]``, True where the segments differ.
         """
-        raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
-        bias = rel_shift(raw, k_len)
+        bias = self.relative_scores(q, k_r, k_len)
         if seg_diff is not None:
             seg = torch.einsum("bnid,snd->bnis", q + self.r_s_bias[:, None], self.seg_embed)
             bias = bias + torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1])
         return bias / self.d_head**0.5
 
-    def attend(
+    def attend_stream(
         self,
         q: Tensor,
         k: Tensor,
@@ -363,11 +368,7 @@ class XLNetRelativeAttention(MultiHeadAttention):
         return_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
         """softmax((q + u) k^T / sqrt(d_head) + position + segment) v, per head (before ``w_o``)."""
-        bias = self.score_bias(q, k_r, seg_diff, k.size(-2))
-        p = self.dropout if self.training else 0.0
-        return attention(
-            q + self.r_w_bias[:, None], k, v, mask, bias=bias, dropout_p=p, return_weights=return_weights
-        )
+        return self.attend(q, k, v, self.score_bias(q, k_r, seg_diff, k.size(-2)), mask, return_weights)
 
     def forward(
         self,
@@ -393,8 +394,10 @@ class XLNetRelativeAttention(MultiHeadAttention):
         keys = h if mem is None else torch.cat([mem, h], dim=1)
         k = self.split_heads(self.w_k(keys))
         v = self.split_heads(self.w_v(keys))
-        k_r = self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)  # [heads, P, d_head]
-        out_h, w_h = self.attend(self.split_heads(self.w_q(h)), k, v, k_r, seg_diff, mask_h, return_weights)
+        k_r = self.relative_keys(pos_emb)  # [heads, P, d_head]
+        out_h, w_h = self.attend_stream(
+            self.split_heads(self.w_q(h)), k, v, k_r, seg_diff, mask_h, return_weights
+        )
         out_h = self.w_o(self.merge_heads(out_h))
         if g is None:
             return out_h, None, w_h
@@ -402,7 +405,7 @@ class XLNetRelativeAttention(MultiHeadAttention):
         if target_mapping is not None:  # each prediction's query to its position
             target_mapping = target_mapping.to(q_g.dtype)
             q_g = torch.einsum("bnmd,bml->bnld", q_g, target_mapping)
-        out_g, w_g = self.attend(q_g, k, v, k_r, seg_diff, mask_g, return_weights)
+        out_g, w_g = self.attend_stream(q_g, k, v, k_r, seg_diff, mask_g, return_weights)
         if target_mapping is not None:  # ... and the result back to the prediction
             out_g = torch.einsum("bnld,bml->bnmd", out_g, target_mapping)
         out_g = self.w_o(self.merge_heads(out_g))
@@ -444,7 +447,7 @@ class XLNetLayer(nn.Module):
 def _init_xlnet_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation (N(0, std) weights, zero biases, unit LayerNorms), and N(0, std)
     for ``mask_emb`` and the relative attention's vectors (as Hugging Face does)."""
-    _init_bert_weights(module, std)
+    init_weights(module, std)
     for m in module.modules():
         if isinstance(m, XLNetRelativeAttention):
             for p in (m.r_w_bias, m.r_r_bias, m.r_s_bias, m.seg_embed):
@@ -464,16 +467,11 @@ def check_inputs(
     target_mapping: Tensor | None = None,
 ) -> None:
     """Shapes of XLNet's inputs, and ids inside the vocabulary (``ValueError`` otherwise)."""
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+    check_token_batch(input_ids)
     b, n = input_ids.shape
-    for name, t in (
-        ("attention_mask", attention_mask),
-        ("input_mask", input_mask),
-        ("token_type_ids", token_type_ids),
-    ):
-        if t is not None and tuple(t.shape) != (b, n):
-            raise ValueError(f"{name} must have the shape of input_ids {(b, n)}, got {tuple(t.shape)}")
+    check_same_shape(
+        input_ids, attention_mask=attention_mask, input_mask=input_mask, token_type_ids=token_type_ids
+    )
     if attention_mask is not None and input_mask is not None:
         raise ValueError("give attention_mask (1 = token, 0 = padding) or input_mask (1 = padding), not both")
     if perm_mask is not None and tuple(perm_mask.shape) != (b, n, n):
@@ -487,14 +485,10 @@ def check_inputs(
             f"target_mapping must be [batch, num_predict, seq_len] = ({b}, P, {n}), "
             f"got {tuple(target_mapping.shape)}"
         )
-    lo, hi = torch.stack([input_ids.min(), input_ids.max()]).tolist()
-    if lo < 0 or hi >= config.vocab_size:
-        raise ValueError(
-            f"input_ids must lie in [0, vocab_size={config.vocab_size}), got values in [{lo}, {hi}]"
-        )
+    check_id_ranges(("input_ids", input_ids, "vocab_size", config.vocab_size))
 
 
-class XLNetModel(nn.Module):
+class XLNetModel(CountsParameters, nn.Module):
     """The word embeddings, ``mask_emb`` and the stack of two-stream layers.
 
     ``forward(input_ids, attention_mask=None, mems=None, perm_mask=None, target_mapping=None,
@@ -521,10 +515,6 @@ class XLNetModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.word_embedding.weight.device
-
-    def num_parameters(self, *, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (tied ones counted once)."""
-        return _count_parameters(self, exclude_embeddings=exclude_embeddings)
 
     # --- pieces of the forward pass -----------------------------------------------------
 

@@ -53,9 +53,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["relative_distances", "relative_sinusoids", "rel_shift", "update_memory", "check_mems"]
+from .attention import MultiHeadAttention, attention
+
+__all__ = [
+    "relative_distances",
+    "relative_sinusoids",
+    "rel_shift",
+    "update_memory",
+    "check_mems",
+    "RelativeAttention",
+]
 
 
 def relative_distances(q_len: int, k_len: int, *, clamp_len: int = -1, device=None) -> Tensor:
@@ -171,3 +180,55 @@ def check_mems(
         ):
             raise ValueError(f"every mems tensor must be {layout}, all of one length; got {shapes}")
     return mems
+
+
+class RelativeAttention(MultiHeadAttention):
+    r"""Multi-head attention scored by relative distance: what Transformer-XL and XLNet share.
+
+    The projections are :class:`~course_lib.nn.attention.MultiHeadAttention`'s (no biases, as
+    in both papers), plus ``w_r`` (:math:`W_R`) for the relative encodings and the per-head
+    vectors ``r_w_bias`` (:math:`u`, content) and ``r_r_bias`` (:math:`v`, position),
+    ``[heads, d_head]``. A query :math:`q_i` scores key :math:`j` as
+
+    .. math::
+
+        (q_i + u)^\top k_j + (q_i + v)^\top W_R\, r_{\delta_{ij}} \;(+\text{ a subclass's terms}),
+
+    over :math:`\sqrt{d_{head}}`. Transformer-XL (:mod:`course_lib.models.transfo_xl`) adds a
+    causal mask over ``[memory; segment]``; XLNet (:mod:`course_lib.models.xlnet`) a segment
+    term and two streams. Subclasses define ``forward``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=False)
+        self.w_r = nn.Linear(d_model, d_model, bias=False)
+        self.r_w_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # u: content
+        self.r_r_bias = nn.Parameter(torch.zeros(n_heads, self.d_head))  # v: position
+
+    def relative_keys(self, pos_emb: Tensor) -> Tensor:
+        """``[heads, P, d_head]``: the encodings ``pos_emb`` ``[P, d_model]`` through ``w_r``, per head."""
+        return self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)
+
+    def relative_scores(self, q: Tensor, k_r: Tensor, k_len: int) -> Tensor:
+        r"""The unscaled position term :math:`(q_i + v)^\top W_R r_{\delta_{ij}}`, ``[batch, heads,
+        q_len, k_len]``: every query ``q`` ``[batch, heads, q_len, d_head]`` against every listed
+        distance (``k_r`` from :meth:`relative_keys`), then :func:`rel_shift` puts distance
+        :math:`M + i - j` under key :math:`j`."""
+        raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
+        return rel_shift(raw, k_len)
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        bias: Tensor,
+        mask: Tensor | None,
+        return_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        r""":math:`\mathrm{softmax}\big((q + u) k^\top / \sqrt{d_{head}} + \text{bias}\big)\, v`, per
+        head (before ``w_o``); ``bias`` is already scaled; dropout on the weights in training."""
+        p = self.dropout if self.training else 0.0
+        return attention(
+            q + self.r_w_bias[:, None], k, v, mask, bias=bias, dropout_p=p, return_weights=return_weights
+        )
