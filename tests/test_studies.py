@@ -151,3 +151,12 @@ def test_chapter_3_results_are_current_and_hold_three_seeds():
     r = load_study("03_bert")
     assert r.seeds == [0, 1, 2]
     assert not r.data["quick"]
+
+
+def test_check_reports_a_study_not_run_yet_without_failing(tmp_path, monkeypatch):
+    """`course study check` on a registered study whose results file does not exist yet says so
+    (with the command to run) instead of a traceback; once run, it is current."""
+    monkeypatch.setattr(study_module, "RESULTS", tmp_path)
+    assert study_module._stored_status("toy") == "not run yet (course study run toy)"
+    run_study("toy", seeds=[0], out=results_path("toy"), log=lambda _: None)
+    assert study_module._stored_status("toy") == "current"

@@ -435,14 +435,22 @@ def _cmd(args) -> int:
             print(f"{n}: {e}")
             failed += 1
             continue
-        fresh = "current" if _is_current(n) else "STALE (settings or study code changed)"
+        stored = _stored_status(n)
         if diffs:
             failed += 1
             print(f"{n}: golden run CHANGED ({len(diffs)} numbers): re-run the study; first: {diffs[0]}")
         else:
-            print(f"{n}: golden run reproduces; stored results {fresh}")
-            failed += not _is_current(n)
+            print(f"{n}: golden run reproduces; stored results {stored}")
+            failed += stored.startswith("STALE")
     return 1 if failed else 0
+
+
+def _stored_status(name: str) -> str:
+    """``current``, ``STALE ...`` or ``not run yet ...`` (a registered study whose results file
+    does not exist yet: nothing stale to report, and no chapter can load it)."""
+    if not results_path(name).exists():
+        return f"not run yet (course study run {name})"
+    return "current" if _is_current(name) else "STALE (settings or study code changed)"
 
 
 def _is_current(name: str) -> bool:
