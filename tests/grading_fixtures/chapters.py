@@ -257,14 +257,17 @@ def forbidden_at_home(nb: dict, ns: dict):
             if isinstance(owner, type) and attr in owner.__dict__
             else getattr(owner, attr)
         )
-        saved.append((owner, attr, raw))
+        saved.append((dotted, attr, raw))
     try:
         for cell in tagged_cells(nb, "course-forbid"):
             exec(compile(cell_source(cell), "<forbid>", "exec"), ns)
         yield
     finally:
-        for owner, attr, original in saved:
-            setattr(owner, attr, original)
+        # the owner is resolved again: importing the first forbidden names can put another module
+        # object under a name than the one resolved before (transformers' lazy module, imported by
+        # course_lib's modules), and the forbid cell stubs the one there now
+        for dotted, attr, original in saved:
+            setattr(resolve_owner(dotted)[0], attr, original)
 
 
 def resolve_owner(dotted: str):
