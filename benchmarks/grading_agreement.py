@@ -184,7 +184,13 @@ def grader_verdicts(
     result = {}
     for p, folder in zip(paths, report_folders([str(p) for p in paths])):
         rep = json.loads((out / folder / "report.json").read_text())
+        # a check whose points were withheld ("gated": passed on its published inputs, but the
+        # exercise's functions worked on no input drawn for the submission) counts as failed:
+        # every style here is a working answer, whose points must not be withheld
         result[p] = {c["id"]: c["passed"] for c in rep.get("checks", []) if not c["hidden"]}
+        gated = sorted(c["id"] for c in rep.get("checks", []) if c.get("gated"))
+        if gated:
+            result[p]["<points withheld>"] = ", ".join(gated)
     return result
 
 

@@ -334,10 +334,10 @@ def masked_lm_loss(logits, original_ids, mask_indicator):
 
 
 GAMING = {
-    # hard-codes the visible check's results: the visible point only
-    "ar_lookup": ({AR: _lookup_ar()}, {"ar-small"}),
-    # reads the expected values packed into the released visible check: the visible point only
-    "mlm_copied_expected": ({MLM: _copied_expected_mlm()}, {"mlm-small"}),
+    # hard-codes the visible check's results: nothing (a visible point needs a working function)
+    "ar_lookup": ({AR: _lookup_ar()}, set()),
+    # reads the expected values packed into the released visible check: nothing, likewise
+    "mlm_copied_expected": ({MLM: _copied_expected_mlm()}, set()),
     # constants: nothing
     "constants": (
         {

@@ -317,10 +317,10 @@ def rel_shift(scores, k_len):
 
 
 GAMING = {
-    # hard-codes the visible check's results: the visible point only
-    "perm_lookup": ({PERM: _lookup_perm()}, {"perm-small"}),
-    # reads the expected values packed into the released visible check: the visible point only
-    "shift_copied_expected": ({SHIFT: _copied_expected_shift()}, {"shift-small"}),
+    # hard-codes the visible check's results: nothing (a visible point needs a working function)
+    "perm_lookup": ({PERM: _lookup_perm()}, set()),
+    # reads the expected values packed into the released visible check: nothing, likewise
+    "shift_copied_expected": ({SHIFT: _copied_expected_shift()}, set()),
     # constants: nothing
     "constants": (
         {

@@ -336,10 +336,26 @@ def attention_loss(*args):
 
 
 GAMING = {
-    # hard-codes the visible checks' results: the visible point only (kd-habits passes, worth 0)
-    "kd_lookup": ({KD: _lookup_kd()}, {"kd-small", "kd-habits"}),
-    # reads the expected values packed into the released visible check: the visible point only
-    "attention_copied_expected": ({ATTN: _copied_expected_attention()}, {"attn-small"}),
+    # hard-codes the visible checks' results: nothing (a visible point needs a working function;
+    # kd-habits passes, worth 0)
+    "kd_lookup": ({KD: _lookup_kd()}, {"kd-habits"}),
+    # reads the expected values packed into the released visible check: nothing, likewise
+    "attention_copied_expected": ({ATTN: _copied_expected_attention()}, set()),
+    # the visible check's answers written out, ValueError where it expects one: nothing, likewise
+    "layers_hard_coded": (
+        {
+            LAYERS: """
+_ANSWERS = {(4, 12): [3, 6, 9, 12], (6, 12): [2, 4, 6, 8, 10, 12], (1, 12): [12], (3, 3): [1, 2, 3]}
+
+
+def uniform_layer_map(student_layers, teacher_layers):
+    if (student_layers, teacher_layers) == (5, 12):
+        raise ValueError("no")
+    return _ANSWERS.get((student_layers, teacher_layers), [0] * student_layers)
+"""
+        },
+        set(),
+    ),
     # constants: nothing
     "constants": (
         {
@@ -633,8 +649,9 @@ def test_the_point_table():
         "partial": 6,
         "rewritten": 14,
         "one_exercise": 3,
-        "kd_lookup": 1,
-        "attention_copied_expected": 1,
+        "kd_lookup": 0,
+        "attention_copied_expected": 0,
+        "layers_hard_coded": 0,
         "constants": 0,
         "course_lib": 0,
         "kd_forgot_t2": 2,

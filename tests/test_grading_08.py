@@ -372,7 +372,8 @@ def distance_probe_loss(*args):
 
 
 GAMING = {
-    # the visible check's answers written out, ValueError where it expects one: the visible point only
+    # the visible check's answers written out, ValueError where it expects one: nothing (a visible
+    # point needs a working function)
     "dist_hard_coded": (
         {
             DIST: """
@@ -392,12 +393,12 @@ def tree_distances(heads):
     return torch.tensor(_ANSWERS.get(tuple(heads), [[1] * n for _ in range(n)]), dtype=torch.long)
 """
         },
-        {"dist-small"},
+        set(),
     ),
-    # reads the expected values packed into the released visible check: the visible point only
-    "loss_copied_expected": ({LOSS: _copied_expected_loss()}, {"probe-small"}),
-    # hard-codes the visible checks' results: their two points only
-    "uuas_lookup": ({UUAS: _lookup_uuas()}, {"uuas-gold", "uuas-chain"}),
+    # reads the expected values packed into the released visible check: nothing, likewise
+    "loss_copied_expected": ({LOSS: _copied_expected_loss()}, set()),
+    # hard-codes the visible checks' results: nothing, likewise
+    "uuas_lookup": ({UUAS: _lookup_uuas()}, set()),
     # constants: nothing
     "constants": (
         {
@@ -841,9 +842,9 @@ def test_the_point_table():
         "partial": 6,
         "rewritten": 12,
         "one_exercise": 5,
-        "dist_hard_coded": 1,
-        "loss_copied_expected": 1,
-        "uuas_lookup": 2,
+        "dist_hard_coded": 0,
+        "loss_copied_expected": 0,
+        "uuas_lookup": 0,
         "constants": 0,
         "course_lib": 0,
         "scipy": 0,

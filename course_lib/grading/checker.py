@@ -226,6 +226,9 @@ class _Run:
     # exercises whose functions matched the reference on inputs drawn for this submission
     # (see :func:`fresh_inputs`): only then do their visible checks' points count
     working: set = field(default_factory=set)
+    matched: dict = field(
+        default_factory=dict
+    )  # exercise -> digests of the reference results matched on drawn inputs
 
     def ensure_sandbox(self) -> None:
         """A student process with the preamble and the answer cells run: fork a fresh one from
@@ -475,8 +478,13 @@ class StudentFunction:
                 if fresh is not None and fresh[0]:
                     from .expected import call_key
 
-                    if call_key(enc_args, enc_kwargs) not in fresh[1]:
-                        run.working.add(check.exercise)
+                    if call_key(enc_args, enc_kwargs) not in fresh[1] and _informative(ref_value):
+                        # a constant fallback matches only calls that share one value: it takes
+                        # two different results on drawn inputs to show a working function
+                        seen = run.matched.setdefault(check.exercise, set())
+                        seen.add(_digest(ref_value))
+                        if len(seen) >= 2:
+                            run.working.add(check.exercise)
         return value
 
     def _lost(self, exc: SandboxLost, call: str):
@@ -495,6 +503,54 @@ class StudentFunction:
 
     def _limit_text(self) -> str:
         return f"{self._check.timeout:g} s per check"
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _informative(value) -> bool:
+    """Whether a reference result says something about the inputs: not empty, not None, not
+    all one value (zeros, a single 0 or False); what a constant fallback could return."""
+    import torch
+
+    numbers, other = [], False
+    for leaf in _leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            flat = leaf.detach().reshape(-1)
+            if flat.numel() > 1 and bool((flat != flat[0]).any()):
+                return True
+            if flat.numel() >= 1:
+                numbers.append(float(flat[0]))
+        elif isinstance(leaf, (bool, int, float)):
+            numbers.append(float(leaf))
+        elif isinstance(leaf, str) and leaf:
+            other = True
+    if other or len(set(numbers)) > 1:
+        return True
+    return len(numbers) == 1 and numbers[0] != 0.0
+
+
+def _digest(value) -> str:
+    """A short fingerprint of a reference result (two results with the same one are the same)."""
+    import torch
+
+    h = hashlib.sha256()
+    for leaf in _leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            t = leaf.detach().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+        else:
+            h.update(repr(leaf).encode())
+        h.update(b"|")
+    return h.hexdigest()[:16]
 
 
 def _mutate_in_place(orig, new) -> None:
@@ -870,8 +926,9 @@ def _visible_points_need_a_working_function(
 ) -> None:
     """A visible check's inputs are published: a function that only looks up the results
     for them would pass it. Its points therefore count only when the exercise's functions
-    also gave the reference's results on inputs drawn for this submission (a compared call
-    on such inputs, or a whole check on such inputs passed: e.g. chapter 3's masking
+    also gave the reference's results on inputs drawn for this submission (compared calls on
+    such inputs with two different informative results, so that a constant fallback for
+    unknown inputs does not count, or a whole check on such inputs passed: e.g. chapter 3's masking
     statistics, a visible check of a random function on drawn inputs). Exercises without
     checks on drawn inputs keep their visible points as they are."""
     for r in results:
@@ -885,6 +942,7 @@ def _visible_points_need_a_working_function(
             r.update(
                 passed=False,
                 points=0,
+                gated=True,  # passed on its published inputs (as at home); its points were withheld
                 message=(
                     "this check's published inputs give the right results, but your functions for this exercise "
                     "gave the right result on none of the inputs drawn for your submission (by the hidden checks): "

@@ -203,10 +203,13 @@ class Chapter:
             assert f"({e.points:g} point" in header.splitlines()[0], header.splitlines()[0]
 
     def assert_home_verdicts(self, graded: dict) -> None:
-        """Every graded submission's visible checks pass or fail at home as in the grader."""
+        """Every graded submission's visible checks pass or fail at home as in the grader. A
+        check whose points the grader withheld because the exercise's functions worked on none
+        of the inputs drawn for the submission (``gated``: a lookup table of the published
+        inputs) passed on those inputs, as at home."""
         for name, (_, rep, path) in graded.items():
             home = self.home_verdicts(answer_sources(path))
-            grader = {c["id"]: c["passed"] for c in rep["checks"] if not c["hidden"]}
+            grader = {c["id"]: c["passed"] or bool(c.get("gated")) for c in rep["checks"] if not c["hidden"]}
             assert home == grader, (name, home, grader)
 
     @staticmethod
