@@ -6,7 +6,8 @@
     3  objectives/  masking, pairs, losses
     4  recipes/, analysis/, pretrained          recipes; probes, layer vectors, minimal pairs
     5  widgets/, viz, studies/                  what the chapters show; multi-seed experiments
-    6  book, notebooks, cli, grading/, the package's __init__    tooling
+    6  tools/ (book, notebooks, bench), cli, export, evaluate, grading/, the package's __init__
+       the course's tooling, on top: it may import anything, no ML floor imports it
 
 A module may import any lower layer and its own layer, never a higher one; inside a layer,
 nn and data know nothing of each other, nor do recipes and analysis.
@@ -35,10 +36,8 @@ LAYERS = {
     "widgets": 5,
     "viz": 5,
     "studies": 5,
-    "book": 6,
-    "notebooks": 6,
+    "tools": 6,
     "cli": 6,
-    "bench": 6,
     "export": 6,
     "evaluate": 6,
     "grading": 6,
@@ -106,6 +105,30 @@ def test_imports_go_down_the_layers():
                 f"({them}, layer {LAYERS[them]})"
             )
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+# the ML floors: the library proper, which must not reach up into the build tooling
+ML_FLOORS = {"device", "train", "checkpoints", "claims", "hashing", "nn", "data", "models", "objectives"}
+ML_FLOORS |= {"recipes", "analysis", "pretrained", "widgets", "viz", "studies"}
+
+
+def test_the_ml_floors_import_no_tool():
+    assert ML_FLOORS < set(LAYERS) and all(LAYERS[p] < LAYERS["tools"] for p in ML_FLOORS)
+    wrong = [
+        f"{path.relative_to(ROOT.parent)}:{line} imports {target}"
+        for path in sorted(ROOT.rglob("*.py"))
+        if _package_of(_module_name(path)) in ML_FLOORS
+        for line, target in _imports(path)
+        if _package_of(target) == "tools"
+    ]
+    assert not wrong, "the library imports the tooling:\n" + "\n".join(wrong)
+
+
+def test_no_tool_is_left_among_the_ml_floors():
+    """book, notebooks and bench live in course_lib/tools/, with no shim left at the top."""
+    for name in ("book", "notebooks", "bench"):
+        assert (ROOT / "tools" / f"{name}.py").exists()
+        assert not (ROOT / f"{name}.py").exists() and not (ROOT / name).exists()
 
 
 def test_the_checker_sees_relative_and_absolute_imports():
