@@ -228,3 +228,65 @@ def test_the_circle_finder_finds_a_circle():
     graph = _module_level_graph()
     assert "course_lib.device" in graph["course_lib.claims"]  # module-level edges are seen
     assert "course_lib.checkpoints" not in graph["course_lib.train"]  # imports inside functions are not
+
+
+# Cross-module imports of underscore names inside course_lib/models and course_lib/nn, which the
+# models/nn redesign is removing; the list empties when it lands. Nothing else may be added here.
+MODELS_NN_PRIVATE_IMPORTS = {
+    ("models/albert.py", "course_lib.models.bert", "_WithMLMHead"),
+    ("models/transfo_xl.py", "course_lib.models.bert", "_count_parameters"),
+    ("models/transfo_xl.py", "course_lib.models.bert", "_init_bert_weights"),
+    ("models/xlnet.py", "course_lib.models.bert", "_count_parameters"),
+    ("models/xlnet.py", "course_lib.models.bert", "_init_bert_weights"),
+}
+# A study's stored results record a hash of its code (names included), so a rename inside a study
+# module makes them stale until its golden run re-stamps them; each entry says why it stays.
+STUDY_PRIVATE_IMPORTS = {
+    ("studies/xlnet.py", "course_lib.studies.ar_ae", "_encode"),  # in both studies' hashed code
+}
+
+
+def _private_imports(path: Path) -> list[tuple[int, str, str]]:
+    """(line, module, name) for every ``from <course_lib module> import _name`` in ``path`` (dunder
+    names such as ``__version__`` are public)."""
+    out = []
+    targets = dict(_imports(path))  # line -> resolved module
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.lineno in targets:
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    module = _resolve_from(path, node)
+                    out.append((node.lineno, module, alias.name))
+    return out
+
+
+def _resolve_from(path: Path, node: ast.ImportFrom) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    package = list(rel.parts)[:-1]
+    if not node.level:
+        return node.module or ""
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        me = _module_name(path).removesuffix(".__init__")
+        for _, module, name in _private_imports(path):
+            if module != me:  # a package's own __init__ importing from itself is not across modules
+                found.add((str(path.relative_to(ROOT)), module, name))
+    allowed = MODELS_NN_PRIVATE_IMPORTS | STUDY_PRIVATE_IMPORTS
+    assert all(p.startswith(("models/", "nn/")) for p, _, _ in MODELS_NN_PRIVATE_IMPORTS)
+    assert found - allowed == set(), "imports of another module's private name:\n" + "\n".join(
+        f"{p}: from {m} import {n}" for p, m, n in sorted(found - allowed)
+    )
+    gone = allowed - found
+    assert not gone, f"allowed but no longer imported (remove from the list): {sorted(gone)}"
+
+
+def test_the_private_import_check_sees_one():
+    """A positive control: the check resolves a relative import to its module and sees the
+    underscore name; an alias to a private local name (``import x as _x``) is not private."""
+    assert (53, "course_lib.studies.ar_ae", "_encode") in _private_imports(ROOT / "studies" / "xlnet.py")
+    assert _private_imports(ROOT / "analysis" / "ar_ae.py") == []  # is_causal as _is_causal

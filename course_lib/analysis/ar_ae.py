@@ -65,7 +65,7 @@ from torch import Tensor, nn
 
 from ..objectives.pairs import reverse_sequences
 from ..train import evaluating, model_device
-from .cloze import _is_causal
+from .cloze import is_causal as _is_causal
 from .xlnet import is_permutation_lm, plm_pair_joint
 
 __all__ = [

@@ -412,7 +412,7 @@ def load_study(name: str, *, root: Path | str | None = None, allow_quick: bool =
     return StudyResults(data)
 
 
-def _cmd(args) -> int:
+def command(args) -> int:
     if args.action == "list":
         for n in study_names():
             print(f"{n}: {get_study(n).description}")
@@ -453,7 +453,7 @@ def _is_current(name: str) -> bool:
     return True
 
 
-def _add_arguments(p) -> None:
+def add_arguments(p) -> None:
     p.add_argument(
         "action",
         choices=["run", "list", "check", "restamp", "golden"],
@@ -468,11 +468,11 @@ def _add_arguments(p) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("study", help="run an experiment over several seeds; chapters load its results")
-    _add_arguments(p)
+    add_arguments(p)
 
     def cmd(args) -> int:
         if args.action in ("run", "restamp", "golden") and not args.name:
             p.error(f"`{args.action}` needs the study's name")
-        return _cmd(args)
+        return command(args)
 
     p.set_defaults(func=cmd)
