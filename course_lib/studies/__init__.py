@@ -435,7 +435,13 @@ def command(args) -> int:
             print(f"{n}: {e}")
             failed += 1
             continue
-        fresh = "current" if _is_current(n) else "STALE (settings or study code changed)"
+        fresh = (
+            "current"
+            if _is_current(n)
+            else "MISSING (never run)"
+            if not results_path(n).exists()
+            else "STALE (settings or study code changed)"
+        )
         if diffs:
             failed += 1
             print(f"{n}: golden run CHANGED ({len(diffs)} numbers): re-run the study; first: {diffs[0]}")
@@ -448,7 +454,7 @@ def command(args) -> int:
 def _is_current(name: str) -> bool:
     try:
         load_study(name)
-    except ValueError:
+    except (ValueError, FileNotFoundError):  # stale, or never run
         return False
     return True
 
