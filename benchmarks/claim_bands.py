@@ -53,7 +53,7 @@ GRID = [
 RUNNER = """
 import sys
 from pathlib import Path
-from course_lib.notebooks import execute_notebook
+from course_lib.tools.notebooks import execute_notebook
 execute_notebook(Path(sys.argv[1]), timeout=1800)
 """
 

@@ -5,7 +5,7 @@ It writes ``report.json`` and ``report.md`` in ``--out`` (default ``_build/gpu-c
 every step, so a run cut short still reports what it did. The steps:
 
 1. **environment**: the GPU, torch, transformers, CPU threads, the packages each chapter needs.
-2. **bench**: :mod:`course_lib.bench` at BERT-base size (12 layers, H768, 12 heads, FF 3072,
+2. **bench**: :mod:`course_lib.tools.bench` at BERT-base size (12 layers, H768, 12 heads, FF 3072,
    vocabulary 30522, batch 32 x 512 tokens, bf16 autocast) for BERT, ALBERT and XLNet: the
    parity check, the step time of course_lib and of Hugging Face, the course/HF ratio, and
    MFU: the achieved matrix-product FLOP/s as a fraction of the bf16 matmul peak measured in
@@ -65,7 +65,7 @@ TINY = {"batch": 2, "seq": 16, "layers": 1, "hidden": 32, "heads": 2, "intermedi
 RUNNER = """
 import sys
 from pathlib import Path
-from course_lib.notebooks import execute_notebook
+from course_lib.tools.notebooks import execute_notebook
 execute_notebook(Path(sys.argv[1]), timeout=int(sys.argv[2]))
 """
 
@@ -229,7 +229,7 @@ def environment(device: str) -> dict[str, Any]:
 
 
 def bench_step(device: str, smoke: bool, repeats: int) -> dict[str, Any]:
-    from course_lib import bench
+    from course_lib.tools import bench
 
     shape = bench.BenchShape(**(TINY if smoke else BASE))
     lines: list[str] = []

@@ -134,7 +134,7 @@ def _umask() -> int:
     return mask
 
 
-def _write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
+def write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
     """``write(temporary name)`` next to ``path``, then an atomic rename onto ``path``: a kill
     during the write leaves the previous file whole (and no temporary file behind)."""
     path = Path(path)
@@ -153,12 +153,12 @@ def _write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
 
 def atomic_write_text(path: Path | str, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
-    _write_atomically(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_atomically(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def save_checkpoint(path: Path | str, model: nn.Module, metadata: Mapping[str, Any] | None = None) -> Path:
     """Save ``model``'s weights to ``path`` (.safetensors) and ``metadata`` to ``path``.json, atomically."""
-    path = _write_atomically(path, lambda tmp: save_model(model, tmp))
+    path = write_atomically(path, lambda tmp: save_model(model, tmp))
     atomic_write_text(path.with_suffix(".json"), json.dumps(dict(metadata or {}), indent=1, default=str))
     return path
 
@@ -273,7 +273,7 @@ def save_train_state(
         "torch": str(torch.__version__),
         "extra": dict(extra or {}),
     }
-    return _write_atomically(path, lambda tmp: torch.save(state, tmp))
+    return write_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_train_state(

@@ -43,7 +43,7 @@ told, not stopped. :func:`strict_claims` decides, in this order:
 1. ``COURSE_STRICT_CLAIMS=1`` (or ``true``/``yes``) -> strict; ``0`` (``false``/``no``) -> notice.
    ``make`` exports ``1`` for every target, ``tests/conftest.py`` sets it for every kernel the
    test suite starts (nbval, the book build), ``course book`` and
-   :func:`course_lib.notebooks.execute_notebook` set it for the kernels they start.
+   :func:`course_lib.tools.notebooks.execute_notebook` set it for the kernels they start.
 2. ``CI`` set (GitHub Actions, GitLab and most CI services set ``CI=true``) -> strict.
 3. Otherwise strict unless the code runs in an interactive IPython shell (a Jupyter or Colab
    kernel): a plain script or an in-process test raises.

@@ -8,14 +8,14 @@ import importlib
 import sys
 
 SUBCOMMAND_MODULES = [
-    "course_lib.book",
-    "course_lib.notebooks",
+    "course_lib.tools.book",
+    "course_lib.tools.notebooks",
     "course_lib.grading.cli",
     "course_lib.recipes.train_command",  # course train OBJECTIVE: every recipe's command
     "course_lib.recipes.finetune_command",
     "course_lib.export",
     "course_lib.evaluate",
-    "course_lib.bench",
+    "course_lib.tools.bench",
     "course_lib.studies",
 ]
 

@@ -142,7 +142,7 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     for (ELMo, Transformer-XL's course variant) or a folder that is not a model's."""
     from safetensors.torch import save_file
 
-    from .checkpoints import _write_atomically, atomic_write_text
+    from .checkpoints import atomic_write_text, write_atomically
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():
@@ -163,7 +163,7 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     state = hf_state_dict(model)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", config.to_json_string())
-    _write_atomically(out / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
+    write_atomically(out / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     specials = _special_tokens(tokenizer)
     max_len = getattr(model.config, "max_position_embeddings", None) or 512
     tokenizer_config = {

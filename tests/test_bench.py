@@ -17,8 +17,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from course_lib import bench
-from course_lib.bench import (
+from course_lib.models.bert import BertConfig, BertForPreTraining
+from course_lib.tools import bench
+from course_lib.tools.bench import (
     MODELS,
     BenchShape,
     ParityError,
@@ -30,7 +31,6 @@ from course_lib.bench import (
     time_interleaved,
     training_flops,
 )
-from course_lib.models.bert import BertConfig, BertForPreTraining
 
 TINY = BenchShape(batch=2, seq=16, layers=2, hidden=32, heads=4, vocab=100)
 TINY_ARGS = ["--batch", "2", "--seq", "16", "--layers", "2", "--hidden", "32", "--heads", "4"]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.book import ASSETS, build_book
-from course_lib.notebooks import check_chapter, compare_executed, repository_url
+from course_lib.tools.book import ASSETS, build_book
+from course_lib.tools.notebooks import check_chapter, compare_executed, repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))

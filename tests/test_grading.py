@@ -25,7 +25,7 @@ from course_lib.grading.report import code_block, render_markdown, sanitize
 from course_lib.grading.sandbox import choose_mode
 from course_lib.grading.sandbox_worker import encode
 from course_lib.grading.wire import ProtocolError, parse_response, to_python
-from course_lib.notebooks import check_notebook
+from course_lib.tools.notebooks import check_notebook
 
 CHAPTER = Chapter("02_transformer")
 SOLUTION, EXERCISE = CHAPTER.solution, CHAPTER.exercise
@@ -737,7 +737,7 @@ def test_notebooks_setup_rewrites_every_set_up_cell_from_config(tmp_path, monkey
     chapter's, solution's and exercise's set-up cell installs from it, nothing else changes."""
     import shutil
 
-    from course_lib.notebooks import setup_cell_source
+    from course_lib.tools.notebooks import setup_cell_source
 
     url = "https://github.com/example-university/lm-course"
     for name in ("_toc.yml",):

@@ -341,21 +341,6 @@ GAMING = {
     "kd_lookup": ({KD: _lookup_kd()}, {"kd-habits"}),
     # reads the expected values packed into the released visible check: nothing, likewise
     "attention_copied_expected": ({ATTN: _copied_expected_attention()}, set()),
-    # the visible check's answers written out, ValueError where it expects one: nothing, likewise
-    "layers_hard_coded": (
-        {
-            LAYERS: """
-_ANSWERS = {(4, 12): [3, 6, 9, 12], (6, 12): [2, 4, 6, 8, 10, 12], (1, 12): [12], (3, 3): [1, 2, 3]}
-
-
-def uniform_layer_map(student_layers, teacher_layers):
-    if (student_layers, teacher_layers) == (5, 12):
-        raise ValueError("no")
-    return _ANSWERS.get((student_layers, teacher_layers), [0] * student_layers)
-"""
-        },
-        set(),
-    ),
     # constants: nothing
     "constants": (
         {
@@ -651,7 +636,6 @@ def test_the_point_table():
         "one_exercise": 3,
         "kd_lookup": 0,
         "attention_copied_expected": 0,
-        "layers_hard_coded": 0,
         "constants": 0,
         "course_lib": 0,
         "kd_forgot_t2": 2,

@@ -732,7 +732,7 @@ def test_sandbox_sees_no_solutions_no_network_and_no_course_lib(as_root, monkeyp
     import course_lib.grading.sandbox as sandbox
 
     if not as_root:
-        monkeypatch.setattr(sandbox, "_is_root", lambda: False)
+        monkeypatch.setattr(sandbox, "is_root", lambda: False)
     elif os.geteuid() != 0:
         pytest.skip("needs root")
     box = Sandbox("bwrap")

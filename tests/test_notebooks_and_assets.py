@@ -8,8 +8,8 @@ import tarfile
 import nbformat
 import pytest
 
-from course_lib.book import Asset, _check_integrity, _extract
-from course_lib.notebooks import (
+from course_lib.tools.book import Asset, _check_integrity, _extract
+from course_lib.tools.notebooks import (
     CHECK_TAG,
     check_notebook,
     repository_url,
@@ -84,7 +84,7 @@ import torch  # noqa: E402
 from course_lib import seed_everything  # noqa: E402
 from course_lib.checkpoints import cache_key  # noqa: E402
 from course_lib.claims import ClaimError, claim  # noqa: E402
-from course_lib.notebooks import check_chapter, prose_numbers  # noqa: E402
+from course_lib.tools.notebooks import check_chapter, prose_numbers  # noqa: E402
 
 
 def test_claim_passes_inside_its_band_and_names_everything_when_it_fails():
@@ -211,7 +211,7 @@ def _stream(text, name="stdout"):
 
 
 def test_compare_executed_decides_as_nbval_lax():
-    from course_lib.notebooks import compare_executed
+    from course_lib.tools.notebooks import compare_executed
 
     stored = _nb(("print(1)", [_stream("1\n2\n")], ["nbval-check-output"]), ("plot()", [], []))
     fresh = _nb(
@@ -231,7 +231,7 @@ def test_compare_executed_decides_as_nbval_lax():
 
 
 def test_compare_executed_unchecked_cells_may_print_anything_checked_ones_not_an_extra_stream():
-    from course_lib.notebooks import compare_executed
+    from course_lib.tools.notebooks import compare_executed
 
     stored = _nb(("f()", [_stream("a\n")], ["nbval-check-output"]), ("g()", [], []))
     fresh = _nb(("f()", [_stream("a\n"), _stream("warn\n", "stderr")], []), ("g()", [_stream("0.123\n")], []))

@@ -141,7 +141,7 @@ def write_book(folder: Path, vendor: Path) -> None:
 def build(folder: Path) -> tuple[Path, float]:
     """Write and build the book in ``folder`` (the course's assets fetched into its
     ``_build/vendor`` first); return the HTML folder and the build's seconds."""
-    from course_lib.book import fetch_assets
+    from course_lib.tools.book import fetch_assets
 
     vendor = fetch_assets(ROOT / "_build" / "vendor", quiet=True)
     write_book(folder, vendor)

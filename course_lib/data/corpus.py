@@ -578,7 +578,7 @@ class _Subject:
     extra: dict = field(default_factory=dict)
 
 
-class _Grammar:
+class Grammar:
     """The generator: one instance per corpus, holding the rng and precomputed pools."""
 
     def __init__(self, lex: Lexicon, rng: random.Random, cfg: CorpusConfig) -> None:
@@ -1759,7 +1759,7 @@ def generate_corpus(
         raise ValueError(f"n_sentences must be a non-negative int, got {n_sentences!r}")
     topics = _check_topics(topics)
     rng = random.Random(seed)
-    g = _Grammar(load_lexicon(), rng, config or CorpusConfig())
+    g = Grammar(load_lexicon(), rng, config or CorpusConfig())
     if kind is not None and kind not in g.kind_names:
         raise ValueError(f"unknown sentence kind {kind!r}; choose from {g.kind_names}")
     choice = rng.choice
@@ -1786,7 +1786,7 @@ def generate_documents(
         raise ValueError(f"sentences must be (min, max) with 1 <= min <= max, got {sentences!r}")
     topics = _check_topics(topics)
     rng = random.Random(seed)
-    g = _Grammar(load_lexicon(), rng, config or CorpusConfig())
+    g = Grammar(load_lexicon(), rng, config or CorpusConfig())
     return [g.document(rng.choice(topics), rng.randint(lo, hi)) for _ in range(n_docs)]
 
 

@@ -22,7 +22,7 @@ import functools
 import random
 from dataclasses import dataclass
 
-from .corpus import CorpusConfig, Document, Sentence, _Grammar, generate_corpus
+from .corpus import CorpusConfig, Document, Grammar, Sentence, generate_corpus
 from .lexicon import load_lexicon
 from .words import detokenize
 
@@ -144,7 +144,7 @@ def sense_examples(word: str = "jam", *, n_per_sense: int = 50, seed: int = 0) -
     senses = [n.sense for n in lex.senses[word]]
     got: dict[str, list[SenseExample]] = {s: [] for s in senses}
     rng = random.Random(seed)
-    g = _Grammar(lex, rng, CorpusConfig())
+    g = Grammar(lex, rng, CorpusConfig())
     for _ in range(200 * n_per_sense):
         if all(len(v) >= n_per_sense for v in got.values()):
             break
@@ -179,7 +179,7 @@ def pronoun_pairs(n: int, *, seed: int = 0) -> list[PronounPair]:
     """``n`` Winograd-style minimal pairs with gold antecedents in ``sentence.coref``."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    g = _Grammar(load_lexicon(), random.Random(seed), CorpusConfig())
+    g = Grammar(load_lexicon(), random.Random(seed), CorpusConfig())
     return [PronounPair(*g.winograd_pair()) for _ in range(n)]
 
 

@@ -11,7 +11,7 @@ The format
 
 ``solutions/NN_topic.ipynb`` is the single source. It is an ordinary notebook (nbformat 4.5,
 so every cell has an ``id``) whose first code cell is the set-up cell
-(:func:`course_lib.notebooks.setup_cell_source`), with this notebook metadata::
+(:func:`course_lib.tools.notebooks.setup_cell_source`), with this notebook metadata::
 
     "course": {
       "assignment": "NN_topic",              # must equal the file name

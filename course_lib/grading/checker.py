@@ -964,7 +964,7 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
     works, else why not -- then the batch grades nothing instead of giving every student 0."""
     import torch
 
-    from .sandbox import _is_root, _needed_dirs, _python_paths, unreadable_for_others
+    from .sandbox import is_root, needed_dirs, python_paths, unreadable_for_others
 
     box = Sandbox(mode, limits, ())
     deadline = time.monotonic() + timeout
@@ -999,8 +999,8 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
         return None
     hint = ""
     blocked = None
-    if _is_root():
-        blocked = unreadable_for_others(bound=_needed_dirs(_python_paths()) if mode == "bwrap" else None)
+    if is_root():
+        blocked = unreadable_for_others(bound=needed_dirs(python_paths()) if mode == "bwrap" else None)
     if blocked:
         hint = (
             f"; the likely cause: student code runs as a fresh unprivileged user, which cannot enter {blocked} on the way "

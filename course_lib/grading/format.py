@@ -206,7 +206,7 @@ def _uses_course_lib(tree: ast.AST, *, allow_grading: bool) -> bool:
 
 def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) -> Assignment:
     """Validate a solution notebook (already parsed JSON) and build its :class:`Assignment`."""
-    from ..notebooks import setup_cell_source
+    from ..tools.notebooks import setup_cell_source
 
     path = Path(path)
     problems: list[str] = []
@@ -244,7 +244,7 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
     code_cells = [c for c in nb["cells"] if isinstance(c, dict) and c.get("cell_type") == "code"]
     if not code_cells or cell_source(code_cells[0]).strip() != setup_cell_source().strip():
         problems.append(
-            "the first code cell must be the set-up cell (course_lib.notebooks.setup_cell_source())"
+            "the first code cell must be the set-up cell (course_lib.tools.notebooks.setup_cell_source())"
         )
 
     exercises: list[Exercise] = []

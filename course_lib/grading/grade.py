@@ -267,7 +267,7 @@ def solutions_dir(explicit: str | os.PathLike | None = None) -> Path:
         return Path(explicit)
     if os.environ.get("COURSE_SOLUTIONS"):
         return Path(os.environ["COURSE_SOLUTIONS"])
-    from ..book import project_root
+    from ..tools.book import project_root
 
     try:
         return project_root() / "solutions"

@@ -401,7 +401,7 @@ def release(solution: Path | str, exercises_dir: Path | str, *, check: bool = Fa
 
 
 def _cmd(args) -> int:
-    from ..book import project_root
+    from ..tools.book import project_root
 
     try:
         root = project_root()

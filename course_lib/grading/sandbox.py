@@ -119,7 +119,7 @@ class Outcome:
 _BWRAP_CACHE: dict[str, tuple[bool, str]] = {}
 
 
-def _is_root() -> bool:
+def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -199,7 +199,7 @@ def unreadable_for_others(paths: list[str] | None = None, *, bound: list[str] | 
         os.path.realpath(sys.base_prefix),
         os.path.realpath(sys.prefix),
     ]
-    wanted += paths if paths is not None else _python_paths()
+    wanted += paths if paths is not None else python_paths()
     seen: set[str] = set()
     for target in wanted:
         parts = Path(target).parts
@@ -237,7 +237,7 @@ def shim_sources() -> dict[str, str]:
     return {"course_lib.grading.checks": header + inspect.getsource(checks.raises)}
 
 
-def _python_paths() -> list[str]:
+def python_paths() -> list[str]:
     """The import path for the worker: the standard library and site directories, minus any
     folder that holds course_lib's sources (an editable checkout, a PYTHONPATH entry)."""
     paths: list[str] = []
@@ -254,7 +254,7 @@ def _python_paths() -> list[str]:
     return paths
 
 
-def _needed_dirs(paths: list[str]) -> list[str]:
+def needed_dirs(paths: list[str]) -> list[str]:
     """Host directories the worker must see: Python itself, the venv and the import path."""
     wanted = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix}
     wanted.add(os.path.dirname(os.path.realpath(sys.executable)))
@@ -275,7 +275,7 @@ def _bwrap_prefix(
     exe: str, *, tmpfs_mb: int, extra_dirs: list[str] = (), worker: str | None = None
 ) -> list[str]:
     cmd = [exe, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-    if _is_root():
+    if is_root():
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         cmd += ["--unshare-user"]
@@ -462,8 +462,8 @@ class Sandbox:
         self._out_dropped = 0
         self._tmpdir = None
         self._resp_fd = self._out_fd = self._ctl_fd = None
-        self.uid = _fresh_uid() if _is_root() else None
-        paths = _python_paths()
+        self.uid = _fresh_uid() if is_root() else None
+        paths = python_paths()
         req_r, req_w = os.pipe()
         resp_r, resp_w = os.pipe()
         ctl_in_r, ctl_in_w = os.pipe()
@@ -485,7 +485,7 @@ class Sandbox:
             cmd = _bwrap_prefix(
                 shutil.which("bwrap"),
                 tmpfs_mb=self.limits.tmpfs_mb,
-                extra_dirs=_needed_dirs(paths),
+                extra_dirs=needed_dirs(paths),
                 worker=str(WORKER),
             )
             cmd += ["--", python, "-I", "-S", "-u", "-B", "/grader/worker.py", *fd_args]
@@ -870,7 +870,7 @@ class Sandbox:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        if self.uid is not None and _is_root():
+        if self.uid is not None and is_root():
             kill_uid(self.uid)
         kill_orphans()
         self._read_output()

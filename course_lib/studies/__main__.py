@@ -3,12 +3,12 @@
 import argparse
 import sys
 
-from course_lib.studies import _add_arguments, _cmd
+from course_lib.studies import add_arguments, command
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m course_lib.studies")
-    _add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.action == "run" and not args.name:
         parser.error("`run` needs the study's name")
-    sys.exit(_cmd(args))
+    sys.exit(command(args))

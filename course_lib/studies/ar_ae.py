@@ -128,7 +128,9 @@ def chapter_text(s: dict[str, Any]) -> tuple[list, list, list[str]]:
     return train_docs, held_docs, held_names
 
 
-def _encode(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
+def encode_ids(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
+    """``texts`` as one padded batch (``input_ids``, ``attention_mask``), no truncation; chapter 6's
+    XLNet study encodes its probes with it too."""
     return collate(
         [{"input_ids": tokenizer.encode(t).ids} for t in texts], pad_id=special_ids(tokenizer)["pad"]
     )
@@ -223,7 +225,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
 
     # 2. bidirectional context: one token hidden
-    city = _encode(tokenizer, held_names)
+    city = encode_ids(tokenizer, held_names)
     found = [
         (row, hit[0])
         for row, ids in enumerate(city["input_ids"].tolist())
@@ -235,7 +237,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     out["cloze_city_first"]["n"] = out["cloze_city_second"]["n"] = len(found)
     c = s["cloze"]
     sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
-    batch = _encode(tokenizer, sentences)
+    batch = encode_ids(tokenizer, sentences)
     lengths = batch["attention_mask"].sum(1)
     every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
     out["cloze_words"] = _cloze(models, batch, every, mask_id)
@@ -243,14 +245,14 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
 
     # 3. likelihoods: PLL vs log-likelihood on the same words, agreement minimal pairs
     q = s["likelihood"]
-    b = _encode(tokenizer, sentences[: q["sentences"]])
+    b = encode_ids(tokenizer, sentences[: q["sentences"]])
     words = b["attention_mask"].sum(1) - 2  # the tokens between [CLS] and [SEP]
     n_words = int(words.sum())
     ll = next_token_log_probs(models["ar"], b["input_ids"], b["attention_mask"])  # column t - 1: token t
     ll_words = ll[:, :-1] * (torch.arange(ll.size(1) - 1)[None] < words[:, None])  # not [SEP]
     out["likelihood"] = {"ar_log_likelihood_per_token": float(ll_words.sum()) / n_words, "n_tokens": n_words}
     agreement = agreement_pairs(q["agreement_pairs"], seed=q["agreement_seed"], shuffle=False)
-    a = _encode(tokenizer, [t for t, _ in agreement])
+    a = encode_ids(tokenizer, [t for t, _ in agreement])
     scores = {
         "ar": next_token_log_probs(models["ar"], a["input_ids"], a["attention_mask"]).sum(-1),
         "ar_r2l": next_token_log_probs(models["ar_r2l"], **reverse_sequences(a)).sum(-1),

@@ -50,7 +50,7 @@ from ..recipes.xlnet import pretrain_xlnet, xlnet_config
 from . import Study, register_study
 from .ar_ae import QUICK as AR_AE_QUICK
 from .ar_ae import SETTINGS as AR_AE
-from .ar_ae import _encode, chapter_text
+from .ar_ae import chapter_text, encode_ids
 
 SETTINGS: dict[str, Any] = dict(
     documents=AR_AE["documents"],
@@ -160,7 +160,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
 
     # 2. one hidden token, given every other token
-    city = _encode(tokenizer, held_names)
+    city = encode_ids(tokenizer, held_names)
     found = [
         (row, hit[0])
         for row, ids in enumerate(city["input_ids"].tolist())
@@ -170,7 +170,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     second = first + torch.tensor([0, 1])
     c = s["cloze"]
     sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
-    batch = _encode(tokenizer, sentences)
+    batch = encode_ids(tokenizer, sentences)
     lengths = batch["attention_mask"].sum(1)
     every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
     for key, data, where in (
@@ -191,7 +191,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     q = s["position"]
     g = torch.Generator().manual_seed(q["seed"])
     words = [x.text for d in held_docs for x in d.sentences if len(x) >= q["min_words"]][: q["sentences"]]
-    wb = _encode(tokenizer, words)
+    wb = encode_ids(tokenizer, words)
     n_tokens = wb["attention_mask"].sum(1)
     word_pairs = []
     for r in range(len(words)):
@@ -264,7 +264,7 @@ STUDY = register_study(
         run=run,
         extra_sources=(
             chapter_text,
-            _encode,
+            encode_ids,
             name_pairs,
             find_name,
             name_joints,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.grading.release import release
-from course_lib.notebooks import check_notebook
+from course_lib.tools.notebooks import check_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -78,11 +78,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from torch import Tensor, nn
 
-from .checkpoints import atomic_write_text
-from .device import describe_device, get_device
-from .models.albert import AlbertConfig, AlbertForPreTraining
-from .models.bert import BertConfig, BertForPreTraining
-from .models.xlnet import XLNetConfig, XLNetLMHeadModel
+from ..checkpoints import atomic_write_text
+from ..device import describe_device, get_device
+from ..models.albert import AlbertConfig, AlbertForPreTraining
+from ..models.bert import BertConfig, BertForPreTraining
+from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 
 __all__ = [
     "MODELS",

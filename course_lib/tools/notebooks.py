@@ -207,7 +207,7 @@ def check_notebook(path: Path | str, url: str | None = None) -> list[str]:
     if not code or code[0].source.strip() != setup_cell_source(url).strip():
         problems.append(
             f"{path.name}: the first code cell must be the set-up cell "
-            "(course_lib.notebooks.setup_cell_source())"
+            "(course_lib.tools.notebooks.setup_cell_source())"
         )
     for i, cell in enumerate(code):
         if not is_checked(cell) and (cell.outputs or cell.execution_count is not None):

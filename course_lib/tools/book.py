@@ -73,7 +73,7 @@ def project_root(start: Path | None = None) -> Path:
     for folder in [Path(start or Path.cwd()).resolve(), *Path(start or Path.cwd()).resolve().parents]:
         if (folder / "_config.yml").exists() and (folder / "_toc.yml").exists():
             return folder
-    here = Path(__file__).resolve().parents[1]
+    here = Path(__file__).resolve().parents[2]
     if (here / "_config.yml").exists():
         return here
     raise FileNotFoundError("no _config.yml/_toc.yml found here or above; run from the course checkout")
@@ -210,7 +210,7 @@ def vendor_anywidget(vendor: Path) -> Path:
 
 def _library_fingerprint() -> str:
     h = hashlib.sha256()
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # course_lib
     for path in sorted(here.rglob("*")):
         if path.suffix in {".py", ".js", ".json", ".tsv"} and "__pycache__" not in path.parts:
             h.update(str(path.relative_to(here)).encode())
