@@ -233,13 +233,7 @@ def test_the_circle_finder_finds_a_circle():
 
 # Cross-module imports of underscore names inside course_lib/models and course_lib/nn, which the
 # models/nn redesign is removing; the list empties when it lands. Nothing else may be added here.
-MODELS_NN_PRIVATE_IMPORTS = {
-    ("models/albert.py", "course_lib.models.bert", "_WithMLMHead"),
-    ("models/transfo_xl.py", "course_lib.models.bert", "_count_parameters"),
-    ("models/transfo_xl.py", "course_lib.models.bert", "_init_bert_weights"),
-    ("models/xlnet.py", "course_lib.models.bert", "_count_parameters"),
-    ("models/xlnet.py", "course_lib.models.bert", "_init_bert_weights"),
-}
+MODELS_NN_PRIVATE_IMPORTS: set[tuple[str, str, str]] = set()  # none left
 
 
 def _private_imports(path: Path) -> list[tuple[int, str, str]]:

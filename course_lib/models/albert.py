@@ -64,7 +64,7 @@ from .bert import (
     BertLayer,
     BertModel,
     BertModelOutput,
-    _WithMLMHead,
+    WithMLMHead,
 )
 from .hf import HEADS_ALBERT_MLM, HEADS_ALBERT_PRETRAINING, AlbertForPreTrainingOutput, albert_body_names
 
@@ -199,7 +199,7 @@ class _AlbertHeads:
     base_attr = "albert"
 
 
-class AlbertForPreTraining(_AlbertHeads, _WithMLMHead):
+class AlbertForPreTraining(_AlbertHeads, WithMLMHead):
     """ALBERT with both pre-training heads: masked LM (through E) and sentence order.
 
     ``forward(..., labels=None, sentence_order_label=None, masked_only=False)``:

@@ -504,7 +504,7 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
         return record(**fields, hidden_states=out.hidden_states, attentions=out.attentions)
 
 
-class _WithMLMHead(_BertWithHeads):
+class WithMLMHead(_BertWithHeads):
     """The models with a masked-LM head (tied to the input embeddings when the config says so)."""
 
     head_activation: str | None = None  # None: the config's hidden_act
@@ -541,7 +541,7 @@ class _WithMLMHead(_BertWithHeads):
         return logits, masked_lm_loss(logits, labels[chosen])
 
 
-class BertForPreTraining(_WithMLMHead):
+class BertForPreTraining(WithMLMHead):
     """BERT with both pre-training heads: masked-LM and next-sentence prediction.
 
     ``forward(..., labels=None, next_sentence_label=None)``: ``labels`` are the original ids
@@ -565,7 +565,7 @@ class BertForPreTraining(_WithMLMHead):
         next_sentence_label: Tensor | None = None,
         masked_only: bool = False,
     ) -> BertForPreTrainingOutput:
-        """``masked_only=True``: MLM logits only at labelled positions (see :meth:`_WithMLMHead._mlm`)."""
+        """``masked_only=True``: MLM logits only at labelled positions (see :meth:`WithMLMHead._mlm`)."""
         logits, mlm = self._mlm(out.last_hidden_state, labels, masked_only)
         nsp_logits = self.nsp_head(out.pooler_output)
         nsp = (
@@ -585,13 +585,13 @@ class BertForPreTraining(_WithMLMHead):
         )
 
 
-class BertForMaskedLM(_WithMLMHead):
+class BertForMaskedLM(WithMLMHead):
     """BERT (no pooler) with the masked-LM head; ``logits`` are ``[batch, seq_len, vocab_size]``."""
 
     def forward_heads(
         self, out: BertModelOutput, labels: Tensor | None, *, masked_only: bool = False
     ) -> MaskedLMOutput:
-        """``masked_only=True``: logits only at labelled positions (see :meth:`_WithMLMHead._mlm`)."""
+        """``masked_only=True``: logits only at labelled positions (see :meth:`WithMLMHead._mlm`)."""
         logits, loss = self._mlm(out.last_hidden_state, labels, masked_only)
         return self._output(MaskedLMOutput, out, loss=loss, logits=logits)
 
@@ -604,7 +604,7 @@ class CausalLMOutput(ModelOutput):
     attentions: tuple[Tensor, ...] | None = None
 
 
-class BertLMHeadModel(_WithMLMHead):
+class BertLMHeadModel(WithMLMHead):
     r"""BERT as a left-to-right language model: the same network with causal self-attention
     (``config.is_decoder=True``), the same (tied) LM head, trained on the next token.
 
