@@ -166,6 +166,12 @@ def run(command: str, work: Path) -> tuple[float, int, str]:
     lines = [ln for ln in (done.stdout + "\n" + done.stderr).splitlines() if ln.strip()]
     tb = "Traceback" in done.stderr
     last = ("TRACEBACK: " if tb else "") + (lines[-1] if lines else "")
+    if done.stdout.lstrip().startswith("{"):  # course eval / finetune: the scores, on one line
+        import json
+
+        scores = json.loads(done.stdout)
+        keep = {k: v for k, v in scores.items() if isinstance(v, float) or k in ("objective", "tokens")}
+        last = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in keep.items()})
     return seconds, done.returncode, last
 
 
