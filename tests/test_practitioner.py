@@ -129,7 +129,7 @@ def test_set_dropout_sets_what_the_configuration_implies():
         set_dropout(model, 1.0)
 
 
-def test_dropout_mask_rate_and_heldout_reach_the_recipe(tmp_path, monkeypatch):
+def test_dropout_mask_rate_and_heldout_reach_the_recipe(tmp_path, monkeypatch, capsys):
     import course_lib.recipes.bert_command as bert
 
     seen = {}
@@ -146,7 +146,9 @@ def test_dropout_mask_rate_and_heldout_reach_the_recipe(tmp_path, monkeypatch):
     assert seen["mlm_probability"] == 0.4 and seen["heldout"] == 0.25
     config = json.loads((out / "config.json").read_text())
     assert config["hidden_dropout_prob"] == config["attention_probs_dropout_prob"] == 0.0
+    capsys.readouterr()
     assert main([*argv, "--heldout", "0", "--out", str(tmp_path / "n")]) == 0
+    assert "held-out: none (--heldout 0)" in capsys.readouterr().out
     assert seen["heldout"] is None and seen["mlm_probability"] == 0.15  # 0: nothing held out
     config = json.loads((tmp_path / "n" / "config.json").read_text())
     assert config["hidden_dropout_prob"] == 0.1  # the recipe's without --dropout

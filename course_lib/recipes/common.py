@@ -407,7 +407,9 @@ def run_recipe(
         print("held-out: " + ", ".join(f"{k} {v:.3f}" for k, v in evals.items()) + note)
     else:
         why = (
-            "every 20th document is held out and both sides need at least two: in text files blank "
+            "--heldout 0"
+            if getattr(args, "heldout", None) == 0
+            else "every 20th document is held out and both sides need at least two: in text files blank "
             "lines separate documents"
             if held_back == "documents"
             else f"too few {held_back} to hold some back"
