@@ -384,8 +384,9 @@ def layer_schedule(num_hidden_layers, num_hidden_groups, inner_group_num):
 
 
 GAMING = {
-    # hard-codes the visible check's cases: nothing (a visible point needs a working function)
-    "schedule_lookup": ({SCHED: _lookup_schedule()}, set()),
+    # hard-codes the visible check's cases: that check passes, but it is worth 0 points (4.2's
+    # points are on drawn inputs), so the table earns nothing
+    "schedule_lookup": ({SCHED: _lookup_schedule()}, {"schedule-small"}),
     # counts for sharing="all" whatever the mode (and never refuses one): only the published, all-shared sizes
     "count_only_all": (
         {
