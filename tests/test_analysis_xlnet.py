@@ -24,7 +24,7 @@ V = 11
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    config = XLNetConfig.from_course(vocab_size=V, d_model=16, n_heads=2, n_layers=2, dropout=0.0)
+    config = XLNetConfig(vocab_size=V, d_model=16, n_head=2, n_layer=2, d_inner=64, dropout=0.0)
     model = XLNetLMHeadModel(config).double().eval()
     with torch.no_grad():  # larger weights than the initialisation's, so that positions matter
         for p in model.parameters():

@@ -98,7 +98,7 @@ def test_registered_and_round_trips(pretrained, tmp_path):
 
 def test_config_sizes_and_bad_input(docs):
     c = transfo_xl_config("small", vocab_size=100, mem_len=16)
-    assert (c.d_model, c.n_heads, c.n_layers, c.d_ff, c.mem_len) == (128, 4, 2, 512, 16)
+    assert (c.d_model, c.n_head, c.n_layer, c.d_inner, c.mem_len) == (128, 4, 2, 512, 16)
     with pytest.raises(ValueError, match="unknown size"):
         transfo_xl_config("huge", vocab_size=100, mem_len=0)
     with pytest.raises(ValueError, match="segment_len"):

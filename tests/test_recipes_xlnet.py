@@ -89,7 +89,7 @@ def test_xlnet_is_registered_and_round_trips(pretrained, tmp_path):
 def test_xlnet_config_sizes_match_the_bert_recipe():
     config = xlnet_config("small", vocab_size=100, pad_id=0)
     assert isinstance(config, XLNetConfig)
-    assert (config.d_model, config.n_heads, config.n_layers, config.d_ff) == (128, 4, 2, 512)
+    assert (config.d_model, config.n_head, config.n_layer, config.d_inner) == (128, 4, 2, 512)
     with pytest.raises(ValueError, match="unknown size"):
         xlnet_config("huge", vocab_size=100, pad_id=0)
 

@@ -24,14 +24,14 @@ from course_lib.train import fit
 TOL = 1e-5  # brute force vs the model (float64 model, float64 loops)
 EXACT = 1e-10  # two float64 computations of the same thing
 V = 13
-TINY = dict(vocab_size=V, d_model=8, n_heads=2, n_layers=2, d_ff=16, mem_len=6, dropout=0.0)
+TINY = dict(vocab_size=V, d_model=8, n_head=2, n_layer=2, d_inner=16, mem_len=6, dropout=0.0)
 
 
 def make(cls=TransfoXLLMHeadModel, seed: int = 0, std: float = 0.3, **overrides):
     """A float64 model in eval mode with large random weights (std ``std``: attention far from
     uniform, so a wrong score shows)."""
     torch.manual_seed(seed)
-    config = TransfoXLConfig(**{**TINY, "initializer_range": std, **overrides})
+    config = TransfoXLConfig(**{**TINY, "init_std": std, **overrides})
     return cls(config).double().eval()
 
 
@@ -223,7 +223,7 @@ def test_segments_with_enough_memory_equal_one_long_run():
     """Causal attention with a memory that holds everything before the segment is the full
     causal attention: three segments of 4 with mem_len = 8 give the outputs of one run over
     all 12 tokens, in every layer."""
-    model = make(n_layers=3, mem_len=8)
+    model = make(n_layer=3, mem_len=8)
     x = ids(2, 12)
     full = model(x, output_hidden_states=True)
     mems, worst = None, 0.0
@@ -245,7 +245,7 @@ def test_one_layer_with_a_short_memory_equals_a_run_over_the_window():
     seg_len, m = 6, 3
     x = ids(2, 2 * seg_len)
     for n_layers, same in ((1, True), (2, False)):
-        model = make(n_layers=n_layers, mem_len=m)
+        model = make(n_layer=n_layers, mem_len=m)
         mems = model(x[:, :seg_len]).mems
         assert mems[0].size(1) == m
         with_memory = model(x[:, seg_len:], mems).logits
@@ -371,7 +371,9 @@ def test_the_head_is_the_tied_embedding_with_a_bias():
 
 def test_a_short_fit_lowers_the_loss_on_a_repeating_pattern():
     torch.manual_seed(0)
-    config = TransfoXLConfig(vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, mem_len=8, dropout=0.0)
+    config = TransfoXLConfig(
+        vocab_size=V, d_model=32, n_head=4, n_layer=2, d_inner=64, mem_len=8, dropout=0.0
+    )
     model = TransfoXLLMHeadModel(config)
     pattern = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
     rows = torch.stack([pattern.roll(-k).repeat(2) for k in range(8)])  # [8, 16]
@@ -435,7 +437,9 @@ def test_memory_lowers_the_nll_of_a_period_longer_than_the_segment():
         return total / (length // seg_len)
 
     torch.manual_seed(0)
-    config = TransfoXLConfig(vocab_size=8, d_model=32, n_heads=4, n_layers=1, d_ff=64, mem_len=8, dropout=0.0)
+    config = TransfoXLConfig(
+        vocab_size=8, d_model=32, n_head=4, n_layer=1, d_inner=64, mem_len=8, dropout=0.0
+    )
     model = TransfoXLLMHeadModel(config)
     gen = torch.Generator().manual_seed(1)
     fit(model, lambda step: periodic(32, gen), loss_fn, steps=120, lr=1e-2, progress=False)
@@ -452,14 +456,16 @@ def test_memory_lowers_the_nll_of_a_period_longer_than_the_segment():
 
 def test_config_validates_and_round_trips():
     c = TransfoXLConfig(**TINY)
-    assert c.d_head == 4 and c.n_head == 2 and c.n_layer == 2 and c.d_inner == 16 and c.hidden_size == 8
+    assert c.d_head == 4 and c.n_head == 2 and c.n_layer == 2 and c.d_inner == 16
+    for course_name in ("n_heads", "n_layers", "d_ff", "hidden_size", "initializer_range"):  # one vocabulary
+        assert not hasattr(c, course_name), course_name
     assert TransfoXLConfig(**c.to_dict()) == c
     assert TransfoXLConfig().d_head == 41
     for bad, match in (
         (dict(d_model=9), "divisible"),
         (dict(d_head=3), "d_head=3"),
-        (dict(d_model=6, n_heads=2), None),  # fine: 3 per head, even d_model
-        (dict(d_model=3, n_heads=3), "even"),
+        (dict(d_model=6, n_head=2), None),  # fine: 3 per head, even d_model
+        (dict(d_model=3, n_head=3), "even"),
         (dict(mem_len=-1), "mem_len"),
         (dict(dropout=1.0), "dropout"),
         (dict(vocab_size=0), "vocab_size"),

@@ -167,11 +167,12 @@ def _two_segments(model, first, second, **kw_second):
 MEMORY_CONFIGS = [
     dict(mem_len=5),  # shorter than a segment: the memory is truncated
     dict(mem_len=None),  # keep every state
+    dict(mem_len=0),  # Hugging Face's 0 keeps every state too (ours: None, translated by from_hf)
     dict(mem_len=4, reuse_len=3),  # only the first 3 tokens of a segment enter the memory
 ]
 
 
-@pytest.mark.parametrize("overrides", MEMORY_CONFIGS, ids=["mem_len5", "unbounded", "reuse_len"])
+@pytest.mark.parametrize("overrides", MEMORY_CONFIGS, ids=["mem_len5", "unbounded", "hf_zero", "reuse_len"])
 @torch.no_grad()
 def test_memory_parity_across_two_segments(overrides):
     hf, ours = pair(seed=6, **overrides)
@@ -188,6 +189,23 @@ def test_memory_parity_across_two_segments(overrides):
     # the memory is used
     alone = ours(input_ids=second)
     assert (alone.last_hidden_state - mine2.last_hidden_state).abs().max() > 1e-3
+
+
+@torch.no_grad()
+def test_mem_len_zero_is_no_memory_as_in_transformer_xl_and_translates_to_hugging_face():
+    from course_lib.models.hf import xlnet_config_to_hf
+
+    assert XLNetConfig.from_hf(transformers.XLNetConfig(**TINY, mem_len=0)).mem_len is None
+    config = XLNetConfig(**TINY, mem_len=0)
+    x = ids(2, 5, seed=1)
+    assert XLNetModel(config).eval()(input_ids=x, use_mems=True).mems is None
+    assert XLNetModel(config).train()(input_ids=x, use_mems=True).mems is None
+    hf_values = xlnet_config_to_hf(config.to_dict())
+    assert [hf_values[k] for k in ("mem_len", "use_mems_eval", "use_mems_train")] == [None, False, False]
+    hf = transformers.XLNetModel(transformers.XLNetConfig(**hf_values)).eval()
+    assert hf(input_ids=x).mems is None and hf.train()(input_ids=x).mems is None
+    assert xlnet_config_to_hf(XLNetConfig(**TINY, mem_len=None).to_dict())["mem_len"] is None
+    assert xlnet_config_to_hf(XLNetConfig(**TINY, mem_len=7).to_dict())["mem_len"] == 7
 
 
 @torch.no_grad()
@@ -278,8 +296,10 @@ def test_rel_shift_reads_row_i_shifted_by_q_len_minus_i():
 def test_config_from_hf_and_refused_options():
     hf_config = transformers.XLNetConfig(**TINY, mem_len=None, clamp_len=7, ff_activation="gelu_new")
     c = XLNetConfig.from_hf(hf_config)
-    assert (c.d_model, c.n_layers, c.n_heads, c.d_ff, c.d_head) == (32, 2, 4, 48, 8)
+    assert (c.d_model, c.n_layer, c.n_head, c.d_inner, c.d_head) == (32, 2, 4, 48, 8)
     assert (c.mem_len, c.clamp_len, c.ff_activation) == (None, 7, "gelu_new")
+    for course_name in ("n_heads", "n_layers", "d_ff", "hidden_size", "num_hidden_layers"):  # one vocabulary
+        assert not hasattr(c, course_name), course_name
     assert XLNetConfig(**c.to_dict()) == c
     assert XLNetConfig.from_hf(hf_config.to_dict()) == c
     with pytest.raises(ValueError, match="attn_type"):

@@ -8,6 +8,9 @@ papers' networks; everything that exists only so that they meet ``transformers``
   adds the course's names as read-only aliases (``d_model = hidden_size``, ...),
   :meth:`HFConfig.from_course` and :meth:`HFConfig.from_hf` (a ``transformers`` config or a
   ``config.json`` dict, with the options we do not implement refused);
+  :func:`xlnet_config_from_hf` and :func:`xlnet_config_to_hf` translate XLNet's, whose
+  ``mem_len`` means something else in Hugging Face's code (0 keeps every state there, no
+  state in the course, as in Transformer-XL);
 * **output records** with Hugging Face's field names (``last_hidden_state``,
   ``prediction_logits``, ``logits``, ...), indexable like theirs, and ONE accessor for the
   masked-LM logits of any masked-LM model: ``out.mlm_logits``;
@@ -60,6 +63,8 @@ __all__ = [
     "HEADS_ALBERT_PRETRAINING",
     "XLNetModelOutput",
     "XLNetLMHeadModelOutput",
+    "xlnet_config_from_hf",
+    "xlnet_config_to_hf",
     "xlnet_hf_names",
     "xlnet_state_dict_to_ours",
 ]
@@ -568,6 +573,39 @@ class XLNetLMHeadModelOutput(ModelOutput):
     mems: tuple[Tensor, ...] | None = None
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Any, ...] | None = None
+
+
+def xlnet_config_from_hf(hf_config: Any, names: set[str]) -> dict[str, Any]:
+    """The keyword arguments of the course's ``XLNetConfig`` (fields ``names``) for a
+    ``transformers.XLNetConfig`` (object or ``config.json`` dict).
+
+    Hugging Face's ``mem_len`` of 0 or None keeps every state (its ``cache_mem``): the course's
+    None; the course's 0 (no memory) has no Hugging Face spelling but ``use_mems_* = False``.
+    Raises ``ValueError`` for another model family and for a ``d_head`` other than ``d_model /
+    n_head`` (the options not implemented are refused by the config itself).
+    """
+    d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
+    model_type = d.get("model_type")
+    if model_type is not None and model_type != "xlnet":
+        raise ValueError(f"a {model_type!r} config does not describe an XLNet model")
+    if d.get("d_head") is not None and "d_model" in d and "n_head" in d:
+        if d["d_head"] != d["d_model"] // d["n_head"]:
+            raise ValueError(f"d_head={d['d_head']} must be d_model / n_head = {d['d_model'] // d['n_head']}")
+    nullable = {"mem_len", "reuse_len"}  # None means something for these two
+    kwargs = {k: d[k] for k in names if k in d and (d[k] is not None or k in nullable)}
+    if "mem_len" in kwargs and not kwargs["mem_len"]:
+        kwargs["mem_len"] = None  # 0 keeps everything in Hugging Face's XLNet
+    return kwargs
+
+
+def xlnet_config_to_hf(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The course's XLNet config (``to_dict()``) as ``transformers.XLNetConfig`` keyword
+    arguments: ``mem_len=0`` (no memory) becomes ``mem_len=None`` with ``use_mems_eval`` and
+    ``use_mems_train`` False (Hugging Face's 0 would keep every state); None stays None."""
+    out = dict(values)
+    if out.get("mem_len") == 0:
+        out.update(mem_len=None, use_mems_eval=False, use_mems_train=False)
+    return out
 
 
 # one layer: our name -> Hugging Face's, inside the layer

@@ -63,6 +63,8 @@ __all__ = [
     "load_model",
     "module_main",
     "SIZES",
+    "XL_NAMES",
+    "sized",
     "DEFAULT_LR",
     "documents_fingerprint",
     "tokenizer_fingerprint",
@@ -529,13 +531,25 @@ def module_main(register: Callable[[Any], None], command: str, module: str, argv
 # ---------------------------------------------------------------------------------------
 
 
-# Model shapes by name. "small" is the chapter's model; "base-like" is BERT-base's shape.
+# Model shapes by name (the papers' symbols: d_model, heads, layers, d_ff); :func:`sized` gives
+# them in a config's field names. "small" is the chapter's model; "base-like" is BERT-base's shape.
 SIZES: dict[str, dict[str, int]] = {
     "tiny": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),  # tests: milliseconds per step
     "small": dict(d_model=128, n_heads=4, n_layers=2, d_ff=512),  # the chapter, on a CPU
     "medium": dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024),  # a laptop GPU, minutes
     "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
 }
+
+# The shape's fields in XLNet's and Transformer-XL's configs (Hugging Face's names)
+XL_NAMES = {"d_model": "d_model", "n_heads": "n_head", "n_layers": "n_layer", "d_ff": "d_inner"}
+
+
+def sized(size: str, names: Mapping[str, str]) -> dict[str, int]:
+    """The shape called ``size`` in :data:`SIZES` (``ValueError`` for an unknown name) under a
+    config's field names (``names``: shape field -> config field, e.g. :data:`XL_NAMES`)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
+    return {names[k]: v for k, v in SIZES[size].items()}
 
 
 DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates

@@ -52,6 +52,7 @@ from ..train import History, fit, model_device
 from .common import (
     DEFAULT_LR,
     SIZES,
+    XL_NAMES,
     PretrainedModel,
     TrainingOptions,
     add_recipe_command,
@@ -61,6 +62,7 @@ from .common import (
     require_positive,
     run_recipe,
     save_pretrained,
+    sized,
     train_cached,
     training_arguments,
 )
@@ -80,9 +82,7 @@ __all__ = [
 def transfo_xl_config(size: str, *, vocab_size: int, mem_len: int, dropout: float = 0.1) -> TransfoXLConfig:
     """A :class:`~course_lib.models.transfo_xl.TransfoXLConfig` of the shape called ``size`` in
     :data:`~course_lib.recipes.common.SIZES` (the course's shapes for every recipe)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
-    return TransfoXLConfig(vocab_size=vocab_size, **SIZES[size], mem_len=mem_len, dropout=dropout)
+    return TransfoXLConfig(vocab_size=vocab_size, **sized(size, XL_NAMES), mem_len=mem_len, dropout=dropout)
 
 
 def token_stream(documents: Sequence[Any], tokenizer) -> Tensor:

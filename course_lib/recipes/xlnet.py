@@ -55,6 +55,7 @@ from ..train import History, evaluating, fit, model_device
 from .common import (
     DEFAULT_LR,
     SIZES,
+    XL_NAMES,
     PretrainedModel,
     TrainingOptions,
     add_recipe_command,
@@ -64,6 +65,7 @@ from .common import (
     require_positive,
     run_recipe,
     save_pretrained,
+    sized,
     train_cached,
     training_arguments,
 )
@@ -84,11 +86,9 @@ def xlnet_config(size: str, *, vocab_size: int, pad_id: int, dropout: float = 0.
     :data:`~course_lib.recipes.common.SIZES` (the same shapes as the BERT recipe, so the two
     objectives train the same amount of network). Relative positions need no maximum length;
     no memory is kept (the recipe trains on single segments)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
-    return XLNetConfig.from_course(
+    return XLNetConfig(
         vocab_size=vocab_size,
-        **SIZES[size],
+        **sized(size, XL_NAMES),
         dropout=dropout,
         pad_token_id=pad_id,
         use_mems_eval=False,
