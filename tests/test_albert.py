@@ -273,14 +273,13 @@ def test_training_step_updates_a_shared_layer_once():
 
 
 def test_course_sizes_keep_the_factorisation():
-    small = AlbertConfig.from_course(vocab_size=100, d_model=128, n_heads=4, n_layers=4)
+    from course_lib.recipes.bert import bert_config
+
+    small = bert_config("small", vocab_size=100, config_class=AlbertConfig)
+    assert isinstance(small, AlbertConfig)
     assert (small.embedding_size, small.hidden_size, small.intermediate_size) == (32, 128, 512)
+    assert bert_config("base-like", vocab_size=100, config_class=AlbertConfig).embedding_size == 128
     assert (
-        AlbertConfig.from_course(vocab_size=100, d_model=768, n_heads=12, n_layers=12).embedding_size == 128
+        bert_config("tiny", vocab_size=100, config_class=AlbertConfig, embedding_size=64).embedding_size == 64
     )
-    assert (
-        AlbertConfig.from_course(
-            vocab_size=100, d_model=64, n_heads=4, n_layers=2, embedding_size=64
-        ).embedding_size
-        == 64
-    )
+    assert not hasattr(bert_config("small", vocab_size=100), "embedding_size")

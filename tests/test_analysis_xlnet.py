@@ -138,7 +138,11 @@ def test_name_joints_work_for_a_permutation_lm(model):
 
 def test_only_a_permutation_lm_is_accepted(model):
     assert is_permutation_lm(model)
-    bert = BertForMaskedLM(BertConfig.from_course(vocab_size=V, d_model=16, n_heads=2, n_layers=1))
+    bert = BertForMaskedLM(
+        BertConfig(
+            vocab_size=V, hidden_size=16, num_attention_heads=2, num_hidden_layers=1, intermediate_size=64
+        )
+    )
     assert not is_permutation_lm(bert)
     with pytest.raises(ValueError, match="permutation LM"):
         plm_target_log_probs(bert, torch.tensor([[1, 2, 3]]), [[1]])

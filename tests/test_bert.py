@@ -331,17 +331,18 @@ def test_bad_inputs_raise_clear_errors():
         BertConfig(hidden_act="swiglu")
 
 
-def test_config_course_names_and_from_hf():
-    c = BertConfig.from_course(vocab_size=99, d_model=32, n_heads=4, n_layers=2, max_len=64)
-    assert (c.d_model, c.n_heads, c.d_head, c.n_layers, c.d_ff, c.max_len, c.pad_id) == (
-        32,
-        4,
-        8,
-        2,
-        128,
-        64,
-        0,
+def test_config_has_one_vocabulary_and_from_hf():
+    c = BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
     )
+    assert (c.max_len, c.pad_token_id) == (64, 0)  # max_len: the longest input (derived)
+    for course_name in ("d_model", "n_heads", "d_head", "n_layers", "d_ff", "pad_id", "from_course"):
+        assert not hasattr(c, course_name), course_name
     hfc = hf_config(hidden_act="gelu_new", layer_norm_eps=1e-7, num_labels=5)
     c2 = BertConfig.from_hf(hfc)
     assert (c2.hidden_act, c2.layer_norm_eps, c2.num_labels, c2.intermediate_size) == (

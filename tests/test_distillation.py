@@ -169,9 +169,9 @@ def test_student_initialised_from_every_other_teacher_layer():
     from course_lib.models.bert import BertConfig, BertModel, init_from_teacher
 
     torch.manual_seed(0)
-    shape = dict(vocab_size=30, d_model=16, n_heads=2)
-    teacher = BertModel(BertConfig.from_course(n_layers=4, **shape))
-    student = BertModel(BertConfig.from_course(n_layers=2, **shape))
+    shape = dict(vocab_size=30, hidden_size=16, num_attention_heads=2, intermediate_size=64)
+    teacher = BertModel(BertConfig(num_hidden_layers=4, **shape))
+    student = BertModel(BertConfig(num_hidden_layers=2, **shape))
     init_from_teacher(student, teacher, [0, 2])  # DistilBERT: every other layer
     for m, i in enumerate([0, 2]):
         for k, v in student.encoder.layers[m].state_dict().items():
@@ -185,7 +185,11 @@ def test_student_initialised_from_every_other_teacher_layer():
         init_from_teacher(student, teacher, [0])
     with pytest.raises(ValueError, match="must lie in"):
         init_from_teacher(student, teacher, [0, 4])
-    narrow = BertModel(BertConfig.from_course(n_layers=2, vocab_size=30, d_model=8, n_heads=2))
+    narrow = BertModel(
+        BertConfig(
+            num_hidden_layers=2, vocab_size=30, hidden_size=8, num_attention_heads=2, intermediate_size=32
+        )
+    )
     with pytest.raises(ValueError, match="width"):
         init_from_teacher(narrow, teacher, [0, 2])
 

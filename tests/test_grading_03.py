@@ -68,7 +68,16 @@ def test_reference_embeddings_match_bert_embeddings():
     from course_lib.models.bert import BertConfig, BertEmbeddings
 
     emb = BertEmbeddings(
-        BertConfig.from_course(vocab_size=50, d_model=16, n_heads=2, n_layers=1, max_len=12, dropout=0.0)
+        BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            intermediate_size=64,
+            max_position_embeddings=12,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
     ).eval()
     ids, types = torch.randint(50, (3, 12)), torch.randint(2, (3, 12))
     ours = reference()["bert_embeddings"](

@@ -366,8 +366,15 @@ def test_pretraining_with_fit_lowers_the_loss():
             batch_size=32,
             seed=0,
         )
-        config = BertConfig.from_course(
-            vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_len=32, dropout=0.0
+        config = BertConfig(
+            vocab_size=32,
+            hidden_size=32,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            intermediate_size=128,
+            max_position_embeddings=32,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
         )
         model = BertForPreTraining(config)
         hist = fit(model, data, pretraining_loss, steps=60, lr=3e-3, progress=False)
@@ -387,7 +394,16 @@ def test_pretraining_with_fit_lowers_the_loss():
 
 
 def test_pretraining_loss_trims_all_padding_columns_first():
-    config = BertConfig.from_course(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_len=16, dropout=0.0)
+    config = BertConfig(
+        vocab_size=32,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     model = BertForMaskedLM(config).eval()
     ids = torch.tensor([[CLS, 7, 8, 9, SEP, PAD, PAD, PAD], [CLS, 10, 11, SEP, PAD, PAD, PAD, PAD]])
     mask = (ids != PAD).long()

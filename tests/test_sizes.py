@@ -130,7 +130,15 @@ def test_albert_none_is_bert_plus_the_factorisation():
 
 
 def small_bert(**kw) -> BertConfig:
-    return BertConfig.from_course(vocab_size=97, d_model=32, n_heads=4, n_layers=3, d_ff=48, max_len=20, **kw)
+    return BertConfig(
+        vocab_size=97,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=3,
+        intermediate_size=48,
+        max_position_embeddings=20,
+        **kw,
+    )
 
 
 def small_albert(**kw) -> AlbertConfig:
@@ -165,7 +173,14 @@ def test_bert_models_measured(tied):
 
 
 def test_roberta_models_measured():
-    cfg = RobertaConfig.from_course(vocab_size=101, d_model=32, n_heads=4, n_layers=2, d_ff=40, max_len=18)
+    cfg = RobertaConfig(
+        vocab_size=101,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=40,
+        max_position_embeddings=18,
+    )
     check(RobertaModel(cfg, add_pooling_layer=False), pooler=False)
     check(RobertaForMaskedLM(cfg), pooler=False, heads="mlm")
 

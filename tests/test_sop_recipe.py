@@ -197,7 +197,14 @@ def test_pretraining_loss_adds_the_sop_loss_of_a_sop_model(docs, tok):
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-5)
     assert metrics2["nsp_accuracy"] == pytest.approx(metrics["sop_accuracy"])
     bert = BertForPreTraining(
-        BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=64)
+        BertConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            intermediate_size=128,
+            max_position_embeddings=64,
+        )
     )
     bert_metrics = pretraining_loss(bert, batch)[1]  # BERT's NSP head on SOP labels
     assert {"sop_loss", "sop_accuracy"} <= set(bert_metrics) and "nsp_loss" not in bert_metrics
@@ -229,7 +236,14 @@ def test_evaluate_mlm_reports_sop_accuracy(docs, tok):
     assert got["sop_accuracy"] == pytest.approx(expected)
     # an NSP model on SOP examples: its head is scored on the examples' task
     bert = BertForPreTraining(
-        BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=64)
+        BertConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            intermediate_size=128,
+            max_position_embeddings=64,
+        )
     ).eval()
     result = evaluate_mlm(bert, ex, masker, seed=4)
     assert "nsp_accuracy" not in result

@@ -29,8 +29,15 @@ def tok():
 @pytest.fixture(scope="module")
 def model(tok):
     torch.manual_seed(0)
-    cfg = BertConfig.from_course(
-        vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=2, d_ff=64, max_len=64, dropout=0.0
+    cfg = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     return BertForMaskedLM(cfg).eval()
 
@@ -124,8 +131,13 @@ def test_masking_widget_works_with_a_pretraining_model_and_byte_bpe():
     assert d.rows[0].token == "<s>" and not d.rows[0].chosen and d.n_chosen == len(d.rows) - 2
     wp = train_wordpiece(docs, vocab_size=300)
     pre = BertForPreTraining(
-        BertConfig.from_course(
-            vocab_size=wp.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, d_ff=64, max_len=32
+        BertConfig(
+            vocab_size=wp.get_vocab_size(),
+            hidden_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            intermediate_size=64,
+            max_position_embeddings=32,
         )
     )
     d = MaskingWidget(pre.eval(), wp, text="The cat sleeps.", mlm_probability=1.0, k=2).draw()
@@ -233,7 +245,14 @@ def test_bert_attention_with_roberta_and_errors(tok):
     weights, _ = bert_attention(RobertaForMaskedLM(cfg).eval(), tok, "The cat sleeps. ||| It is tired.")
     assert len(weights) == 1 and len(next(iter(weights.values()))) == 1
     body = BertModel(
-        BertConfig.from_course(vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=1, max_len=32)
+        BertConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=32,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            intermediate_size=128,
+            max_position_embeddings=32,
+        )
     )
     with pytest.raises(ValueError, match="pair"):
         bert_attention(body, tok, "a ||| b ||| c")

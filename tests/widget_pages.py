@@ -72,8 +72,15 @@ def tiny_bert():
 
     tok = train_wordpiece(generate_documents(40, seed=1), vocab_size=400)
     torch.manual_seed(0)
-    cfg = BertConfig.from_course(
-        vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=2, d_ff=64, max_len=64, dropout=0.0
+    cfg = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     return BertForMaskedLM(cfg).eval(), tok
 

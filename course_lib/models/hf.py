@@ -4,10 +4,10 @@ The model files (:mod:`~course_lib.models.bert`, :mod:`~course_lib.models.robert
 :mod:`~course_lib.models.albert`, :mod:`~course_lib.models.xlnet`) hold the
 papers' networks; everything that exists only so that they meet ``transformers`` lives here:
 
-* **configuration**: the config dataclasses use Hugging Face's field names; :class:`HFConfig`
-  adds the course's names as read-only aliases (``d_model = hidden_size``, ...),
-  :meth:`HFConfig.from_course` and :meth:`HFConfig.from_hf` (a ``transformers`` config or a
-  ``config.json`` dict, with the options we do not implement refused);
+* **configuration**: the config dataclasses use Hugging Face's field names and no others;
+  :class:`HFConfig` adds ``max_len`` (the longest input, derived) and :meth:`HFConfig.from_hf`
+  (a ``transformers`` config or a ``config.json`` dict, with the options we do not implement
+  refused);
   :func:`xlnet_config_from_hf` and :func:`xlnet_config_to_hf` translate XLNet's, whose
   ``mem_len`` means something else in Hugging Face's code (0 keeps every state there, no
   state in the course, as in Transformer-XL);
@@ -78,9 +78,8 @@ __all__ = [
 class HFConfig:
     """Mixin of the BERT-family config dataclasses (whose fields carry Hugging Face's names).
 
-    The course's names are read-only aliases: ``d_model = hidden_size``, ``n_heads =
-    num_attention_heads``, ``n_layers = num_hidden_layers``, ``d_ff = intermediate_size``,
-    ``max_len`` (the longest input), ``pad_id = pad_token_id``.
+    Adds ``max_len``, the longest input (derived: RoBERTa reserves positions), and
+    :meth:`from_hf`.
     """
 
     # RoBERTa-style position ids (set by RobertaConfig); not a field
@@ -89,61 +88,9 @@ class HFConfig:
     _family: ClassVar[str] = "bert"
 
     @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def n_heads(self) -> int:
-        return self.num_attention_heads
-
-    @property
-    def d_head(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def n_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def d_ff(self) -> int:
-        return self.intermediate_size
-
-    @property
     def max_len(self) -> int:
         """Longest input the model accepts (RoBERTa subtracts its reserved positions)."""
         return self.max_position_embeddings
-
-    @property
-    def pad_id(self) -> int:
-        return self.pad_token_id
-
-    @classmethod
-    def from_course(
-        cls,
-        *,
-        vocab_size: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        max_len: int = 512,
-        pad_id: int = 0,
-        dropout: float = 0.1,
-        **kwargs: Any,
-    ):
-        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
-        return cls(
-            vocab_size=vocab_size,
-            hidden_size=d_model,
-            num_attention_heads=n_heads,
-            num_hidden_layers=n_layers,
-            intermediate_size=4 * d_model if d_ff is None else d_ff,
-            max_position_embeddings=max_len,
-            pad_token_id=pad_id,
-            hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout,
-            **kwargs,
-        )
 
     @classmethod
     def from_hf(cls, hf_config: Any):

@@ -63,6 +63,7 @@ __all__ = [
     "load_model",
     "module_main",
     "SIZES",
+    "BERT_NAMES",
     "XL_NAMES",
     "sized",
     "DEFAULT_LR",
@@ -540,7 +541,14 @@ SIZES: dict[str, dict[str, int]] = {
     "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
 }
 
-# The shape's fields in XLNet's and Transformer-XL's configs (Hugging Face's names)
+# The shape's fields in each family's configs (Hugging Face's names): BERT, RoBERTa, ALBERT ...
+BERT_NAMES = {
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_layers": "num_hidden_layers",
+    "d_ff": "intermediate_size",
+}
+# ... and XLNet, Transformer-XL
 XL_NAMES = {"d_model": "d_model", "n_heads": "n_head", "n_layers": "n_layer", "d_ff": "d_inner"}
 
 
