@@ -284,3 +284,18 @@ def test_the_private_import_check_sees_one(tmp_path, monkeypatch):
     (fake / "pkg" / "a.py").write_text("from .b import _hidden, shown\nfrom ..c import d as _d\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
     assert _private_imports(fake / "pkg" / "a.py") == [(1, "course_lib.pkg.b", "_hidden")]
+
+
+TESTS = Path(__file__).resolve().parent
+FIXTURE_DIRS = {"grading_fixtures"}  # shared fixtures, not tests of a package
+
+
+def test_the_tests_mirror_the_package_tree():
+    """tests/<package>/ holds the tests of course_lib/<package>/; the top level, those of the
+    top-level modules (and the fixtures beside conftest.py)."""
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    folders -= FIXTURE_DIRS
+    assert folders <= packages, f"test folders without a course_lib package: {sorted(folders - packages)}"
+    assert all(list(TESTS.joinpath(f).glob("test_*.py")) for f in folders), "an empty test folder"
+    assert not list(TESTS.glob("*/*/test_*.py")), "tests nested deeper than tests/<package>/"

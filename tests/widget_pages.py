@@ -1,6 +1,6 @@
 """A tiny Jupyter Book with one page per course widget, built with the course's offline assets.
 
-The browser test (``tests/test_widget_pages.py``) opens these pages from ``file://`` with the
+The browser test (``tests/widgets/test_widget_pages.py``) opens these pages from ``file://`` with the
 network refused and drives the widgets. Building the whole book takes an hour of chapters;
 this book has the same ``_config.yml`` (theme options, vendored MathJax, RequireJS, ipywidgets
 HTML manager and anywidget front end), and pages whose only cell builds a widget from small
@@ -175,7 +175,7 @@ if __name__ == "__main__":  # python tests/widget_pages.py /tmp/widget-book: bui
 
 
 # ---------------------------------------------------------------------------------------
-# One action per widget, for any page (the chapters' too: tests/test_book.py)
+# One action per widget, for any page (the chapters' too: tests/tools/test_book.py)
 # ---------------------------------------------------------------------------------------
 
 _SET_RANGE = "s => { s.value = s.max; s.dispatchEvent(new Event('input', {bubbles: true})); }"

@@ -220,7 +220,7 @@ def test_spread_and_the_markdown_report(tmp_path, capsys, restore_threads):
 def test_the_appendix_table_is_the_generated_report_of_a_run():
     """The training appendix includes benchmarks/bench_cpu.md, which is describe_run() of the JSON
     of the same run: regenerate both with the command the appendix gives, never edit them."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     page = (root / "book" / "appendix_training.md").read_text()
     assert "```{include} ../benchmarks/bench_cpu.md" in page
     assert "| bert |" not in page  # no table typed into the page

@@ -421,7 +421,7 @@ def test_plot_breakdown():
         plot_breakdown({})
 
 
-# --- the widget (its page logic is checked in a browser: tests/test_widget_pages.py) -------------
+# --- the widget (its page logic is checked in a browser: tests/widgets/test_widget_pages.py) -------------
 
 
 def test_counter_widget_carries_what_the_page_counts_from():

@@ -23,7 +23,7 @@ from grading_fixtures.chapters import forbidden_at_home
 from course_lib.grading.format import load_assignment
 from course_lib.grading.sandbox import bwrap_status
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = [
     "01_elmo",
     "02_transformer",
@@ -271,7 +271,7 @@ def test_home_and_grader_agree_on_every_style_of_submission():
     demo give every visible check the same verdict at home and in the grader."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "grading_agreement.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "grading_agreement.py"
     spec = importlib.util.spec_from_file_location("grading_agreement", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

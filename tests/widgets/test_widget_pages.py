@@ -32,7 +32,8 @@ def pages(tmp_path_factory):
 
 
 def _needed(what: str) -> None:
-    """Skip without ``what`` (fail instead with COURSE_REQUIRE_BROWSER=1, as tests/test_book.py does)."""
+    """Skip without ``what`` (fail instead with COURSE_REQUIRE_BROWSER=1, as tests/tools/test_book.py
+    does)."""
     msg = f"{what} is needed for the widget pages' browser test"
     if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
         pytest.fail(msg)
@@ -372,7 +373,7 @@ def test_parameter_counter_is_live(pages, browser):
 
 
 def test_one_action_changes_every_widget(pages, browser):
-    """What the whole book's browser test (tests/test_book.py) does on each chapter."""
+    """What the whole book's browser test (tests/tools/test_book.py) does on each chapter."""
     for name in wp.PAGES:
         o = Opened(browser, pages / f"{name}.html", ".course-w")
         assert wp.poke_widgets(o.page) == [(name, True)]

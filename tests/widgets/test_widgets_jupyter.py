@@ -1,6 +1,6 @@
 """The course's widgets in a real Jupyter front end with a kernel: JupyterLab, headless Chromium.
 
-The static book's browser test (``tests/test_widget_pages.py``) shows that every widget is live
+The static book's browser test (``tests/widgets/test_widget_pages.py``) shows that every widget is live
 without a kernel. This one checks the other half of the promise: opening the notebook in
 JupyterLab and running it gives the same widgets, from the same code, and what the page cannot
 do alone (an order's probabilities that were not precomputed, a sentence the reader types) is
@@ -41,7 +41,7 @@ from course_lib.widgets import factorised_probabilities, permutation_view, softe
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: widget_pages.py lives there
 ROOT = HERE.parent
 KERNEL = "course-widgets"
 TYPED_ORDER = [5, 4, 3, 2, 1, 0]  # 0-based; not among the precomputed orders

@@ -23,7 +23,7 @@ import pytest
 from course_lib.tools.book import ASSETS, build_book
 from course_lib.tools.notebooks import check_chapter, compare_executed, repository_url
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -257,7 +257,7 @@ def test_every_chapter_renders_offline(browser, served_book, built_book, path):
     """Every chapter page, with the network refused: its formulas typeset without errors,
     every image loaded, every widget stored in the page rendered, and each course widget
     live: one action on its controls changes what it shows (no kernel; the values are
-    checked against the Python reference on small pages in tests/test_widget_pages.py)."""
+    checked against the Python reference on small pages in tests/widgets/test_widget_pages.py)."""
     import widget_pages
 
     html = (built_book / "book" / f"{path.stem}.html").read_text()

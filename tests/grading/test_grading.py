@@ -931,7 +931,7 @@ def test_a_released_notebook_turns_off_the_forbidden_functions_as_the_grader_doe
     the grader's verdict at home (chapter 5's grading tests check the verdicts)."""
     from course_lib.grading.sandbox_worker import ForbiddenCall, forbid
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for name in (
         "01_elmo",
         "02_transformer",

@@ -49,7 +49,7 @@ def test_the_appendix_table_follows_every_assignments_metadata():
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     text = (root / "book" / "appendix_grading.md").read_text()
     rows = {
         m[0]: (int(m[1]), float(m[2]), float(m[3]))
