@@ -30,8 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.layers import layer_transitions
-from ..data import load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
 from ..data.tasks import nsp_pairs, sop_pairs
 from ..device import get_device
 from ..models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
@@ -77,8 +76,7 @@ QUICK: dict[str, Any] = dict(
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
-    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    train_docs, held_docs = split_corpus(**s["documents"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     masker = make_masker(tokenizer)
     p = dict(s["pretrain"])

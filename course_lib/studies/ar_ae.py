@@ -58,8 +58,7 @@ from ..analysis.ar_ae import (
     sample_causal,
 )
 from ..analysis.cloze import generation_statistics
-from ..data import load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
 from ..data.tasks import agreement_pairs, name_documents, name_sentences, two_word_cities
 from ..data.tokenizers import special_ids
 from ..device import get_device
@@ -120,8 +119,7 @@ MASKED_ARMS = ("ae", "ae_long")
 def chapter_text(s: dict[str, Any]) -> tuple[list, list, list[str]]:
     """``(training documents, held-out documents, held-out sentences with a city)`` of the
     settings ``s``: the chapter 3 documents plus documents of name sentences."""
-    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
-    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    train_docs, held_docs = split_corpus(**s["documents"])
     n = s["names"]
     train_docs = list(train_docs) + name_documents(n["train"], seed=n["train_seed"])
     held_names = [x.text for x in name_sentences(n["heldout"], seed=n["heldout_seed"])]

@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.cloze import generate_greedy, generation_statistics, hidden_word_accuracy
-from ..data import generate_corpus, load_documents, topic_pairs
-from ..data.documents import segment_documents, split_documents, train_tokenizer
+from ..data import topic_pairs
+from ..data.documents import segment_documents, split_corpus, train_tokenizer
+from ..data.tasks import pos_tagging_task
 from ..device import get_device
 from ..objectives.pretraining import evaluate_causal_lm, evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import bert_config, pretrain_bert
@@ -54,8 +55,7 @@ QUICK: dict[str, Any] = dict(
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
-    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    train_docs, held_docs = split_corpus(**s["documents"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     masker = make_masker(tokenizer)
     p = s["pretrain"]
@@ -138,13 +138,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
 
     # tagging from 100 labelled sentences
     t = s["tagging"]
-    tag_train, tag_test = (
-        generate_corpus(t["train"][0], seed=t["train"][1]),
-        generate_corpus(t["test"][0], seed=t["test"][1]),
-    )
-    tagset = sorted({x for sent in tag_train + tag_test for x in sent.pos})
-    items = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_train]
-    evals = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_test]
+    tagset, items, evals = pos_tagging_task(t["train"], t["test"])
     runs = {
         "tag_finetuned": (bert, False, t["lr"]),
         "tag_frozen": (bert, True, t["frozen_lr"]),

@@ -35,8 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.distill import tag_agreement
-from ..data import generate_corpus, load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
+from ..data.tasks import pos_tagging_task
 from ..device import get_device
 from ..models.bert import BertForTokenClassification, init_from_teacher
 from ..recipes.bert import bert_config, pretrain_bert
@@ -104,12 +104,12 @@ ARMS = (
 )
 
 
-def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
-    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
-    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
-    start from."""
-    d = s["documents"]
-    train_docs, held_docs = split_documents(load_documents(n_docs=d["n_docs"], seed=d["seed"]), d["heldout"])
+def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list]:
+    """``(bert, tokenizer, training documents)``: chapter 3's WordPiece tokenizer and pretrained
+    BERT, from chapter 3's text (``s["documents"]``, ``s["tokenizer"]``, ``s["size"]``,
+    ``s["pretrain"]``: this study's settings; chapter 8's probes start from the same BERT),
+    loaded from the course cache when chapter 3, 7 or 8 trained it."""
+    train_docs, held_docs = split_corpus(**s["documents"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     p = dict(s["pretrain"])
     config = bert_config(
@@ -121,14 +121,16 @@ def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
     bert, _, _ = pretrain_bert(
         config, train_docs, tokenizer=tokenizer, heldout=held_docs, device=device, progress=False, **p
     )
+    return bert, tokenizer, train_docs
+
+
+def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
+    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
+    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
+    start from."""
+    bert, tokenizer, train_docs = chapter3_bert(s, device)
     t = s["tagging"]
-    tag_train, tag_test = (
-        generate_corpus(t["train"][0], seed=t["train"][1]),
-        generate_corpus(t["test"][0], seed=t["test"][1]),
-    )
-    tagset = sorted({x for sent in tag_train + tag_test for x in sent.pos})
-    items = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_train]
-    evals = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_test]
+    tagset, items, evals = pos_tagging_task(t["train"], t["test"])
     pool = [sent.tokens for doc in train_docs for sent in doc.sentences]
     teacher, history = finetune_tagger(
         bert,

@@ -27,8 +27,7 @@ from typing import Any
 
 import torch
 
-from ..data import load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
 from ..device import get_device
 from ..models.transfo_xl import segment_token_nll, segmented_nll
 from ..recipes.transfo_xl import pretrain_transfo_xl, stream_rows, token_stream, transfo_xl_config
@@ -71,8 +70,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     device = get_device()
     tokenizer_docs, _, _ = chapter_text(s["text"])
     tokenizer = train_tokenizer(tokenizer_docs, **s["tokenizer"])
-    d = s["text"]["documents"]
-    train_docs, held_docs = split_documents(load_documents(n_docs=d["n_docs"], seed=d["seed"]), d["heldout"])
+    train_docs, held_docs = split_corpus(**s["text"]["documents"])
     p = s["pretrain"]
     seg = p["segment_len"]
     e = s["evaluation"]
