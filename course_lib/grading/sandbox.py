@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sandbox_setup import bwrap_command, is_root, needed_dirs, python_paths, shim_sources
+from .sandbox_setup import WORKER_ENV, bwrap_command, is_root, needed_dirs, python_paths, shim_sources
 from .wire import MAX_LINE, ProtocolError, parse_response
 
 __all__ = [
@@ -232,15 +232,7 @@ class Sandbox:
         ctl_out_r, ctl_out_w = os.pipe()
         out_r, out_w = os.pipe()
         child_fds = (req_r, resp_w, ctl_in_r, ctl_out_w)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "PYTHONHASHSEED": "0",
-            "MPLBACKEND": "Agg",
-        }
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **WORKER_ENV}
         python = sys.executable
         fd_args = [str(fd) for fd in child_fds]
         if self.mode == "bwrap":
@@ -592,22 +584,14 @@ class Sandbox:
                 exc.before_request = True
             raise
         text, dropped = self._take_output()
-        mutated = resp.get("mutated", [])
-        if resp["ok"]:
-            return Outcome(
-                True,
-                value=resp["value"],
-                output=text,
-                output_dropped=dropped,
-                mutated=mutated,
-                interrupted=interrupted,
-            )
+        ok = bool(resp["ok"])
         return Outcome(
-            False,
-            error=resp["error"],
+            ok,
+            value=resp["value"] if ok else None,
+            error=None if ok else resp["error"],
             output=text,
             output_dropped=dropped,
-            mutated=mutated,
+            mutated=resp.get("mutated", []),
             interrupted=interrupted,
         )
 

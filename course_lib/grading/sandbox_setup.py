@@ -21,6 +21,7 @@ from pathlib import Path
 __all__ = [
     "NO_SANDBOX",
     "FALLBACK_WARNING",
+    "WORKER_ENV",
     "is_root",
     "bwrap_status",
     "choose_mode",
@@ -46,6 +47,16 @@ FALLBACK_WARNING = (
 )
 
 
+# the worker's environment in both modes (besides PATH, and HOME/TMPDIR): one thread per
+# library, a fixed hash seed, no display
+WORKER_ENV = {
+    "LANG": "C.UTF-8",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+    "MPLBACKEND": "Agg",
+}
 _BWRAP_CACHE: dict[str, tuple[bool, str]] = {}
 
 
@@ -212,17 +223,7 @@ def bwrap_command(
         if _disable_userns(exe):  # no nested user namespaces (the seccomp filter refuses them too)
             cmd += ["--disable-userns"]
     cmd += ["--die-with-parent", "--new-session", "--clearenv"]
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "PYTHONHASHSEED": "0",
-        "MPLBACKEND": "Agg",
-    }
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", **WORKER_ENV}
     for k, v in env.items():
         cmd += ["--setenv", k, v]
     bound: list[str] = []

@@ -65,7 +65,7 @@ from ..device import get_device
 from ..objectives.pairs import collate, reverse_sequences
 from ..objectives.pretraining import evaluate_causal_lm, pretraining_examples
 from ..recipes.bert import bert_config, pretrain_bert
-from . import Study, register_study
+from . import Study, pretrain_arms, register_study
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -169,30 +169,21 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         bert_config(m["size"], vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"], pad_id=sp["pad"]),
         num_hidden_layers=m["num_hidden_layers"],
     )
-    models = {}
-    out: dict[str, Any] = {}
-    for name, arm in s["arms"].items():
-        settings = {**p, **arm}
-        model, _, history = pretrain_bert(
-            config,
-            train_docs,
-            tokenizer=tokenizer,
-            heldout=held_docs,
-            pair_task=None,
-            device=device,
-            seed=seed,
-            progress=False,
-            eval_every=max(1, settings["steps"] // s["curve_points"]),
-            **settings,
-        )
-        models[name] = model
-        metric = "lm_accuracy" if arm["causal"] else "mlm_accuracy"
-        out[name] = {
-            "parameters": model.num_parameters(),
-            "steps": settings["steps"],
-            "curve_steps": list(history.eval_steps),
-            "curve_accuracy": list(history.evals[metric]),
-        }
+    models, arms = pretrain_arms(
+        pretrain_bert,
+        train_docs,
+        s["arms"],
+        p,
+        config_of=lambda arm: config,
+        curves_of=lambda arm: {"curve_accuracy": "lm_accuracy" if arm["causal"] else "mlm_accuracy"},
+        curve_points=s["curve_points"],
+        tokenizer=tokenizer,
+        heldout=held_docs,
+        pair_task=None,
+        device=device,
+        seed=seed,
+    )
+    out: dict[str, Any] = dict(arms)
 
     # held-out rows (the training layout): perplexity of both causal LMs
     stream = pretraining_examples(

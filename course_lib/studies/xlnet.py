@@ -47,7 +47,7 @@ from ..objectives import trim_padding
 from ..objectives.permutation import factorised_step_log_probs, sample_orders
 from ..objectives.pretraining import pretraining_examples
 from ..recipes.xlnet import pretrain_xlnet, xlnet_config
-from . import Study, register_study
+from . import Study, pretrain_arms, register_study
 from .ar_ae import QUICK as AR_AE_QUICK
 from .ar_ae import SETTINGS as AR_AE
 from .ar_ae import chapter_text, encode_ids
@@ -123,29 +123,20 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         xlnet_config(m["size"], vocab_size=tokenizer.get_vocab_size(), pad_id=sp["pad"]),
         n_layer=m["num_hidden_layers"],
     )
-    models = {}
-    out: dict[str, Any] = {}
-    for name, arm in s["arms"].items():
-        settings = {**p, **arm}
-        model, _, history = pretrain_xlnet(
-            config,
-            train_docs,
-            tokenizer=tokenizer,
-            heldout=held_docs,
-            device=device,
-            seed=seed,
-            progress=False,
-            eval_every=max(1, settings["steps"] // s["curve_points"]),
-            **settings,
-        )
-        models[name] = model
-        out[name] = {
-            "parameters": model.num_parameters(),
-            "steps": settings["steps"],
-            "curve_steps": list(history.eval_steps),
-            "curve_accuracy": list(history.evals["plm_accuracy"]),
-            "curve_loss": list(history.evals["plm_loss"]),
-        }
+    models, arms = pretrain_arms(
+        pretrain_xlnet,
+        train_docs,
+        s["arms"],
+        p,
+        config_of=lambda arm: config,
+        curves_of=lambda arm: {"curve_accuracy": "plm_accuracy", "curve_loss": "plm_loss"},
+        curve_points=s["curve_points"],
+        tokenizer=tokenizer,
+        heldout=held_docs,
+        device=device,
+        seed=seed,
+    )
+    out: dict[str, Any] = dict(arms)
 
     # 1. two-word cities, jointly (the chain rule with both sides as context)
     pairs = name_pairs(tokenizer, two_word_cities())
