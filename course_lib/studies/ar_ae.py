@@ -40,6 +40,7 @@ No wall-clock times are stored (they depend on the machine and on what runs besi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -134,6 +135,48 @@ def encode_ids(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
     )
 
 
+def name_joint_records(
+    out: dict[str, Any],
+    models: dict,
+    arms: Sequence[str],
+    tokenizer,
+    held_names: list[str],
+    examples,
+    pairs,
+    **kwargs_of,
+) -> None:
+    """The joints of the two-word names (:func:`~course_lib.analysis.ar_ae.name_joints`) by each
+    of ``arms`` into ``out["names"]`` (on the held-out sentences) and ``out["grids"]`` (on the
+    ``examples``); ``kwargs_of[arm]``, when given, are that arm's options. Chapter 6's XLNet
+    study records its arms the same way."""
+    out["grids"] = {"sentences": list(examples)}
+    for name in arms:
+        kwargs = kwargs_of.get(name, {})
+        r = name_joints(models[name], tokenizer, held_names, pairs, **kwargs)
+        for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
+            out["names"][f"{name}_{k}"] = r[k]
+        grids = name_joints(models[name], tokenizer, list(examples), pairs, **kwargs)
+        out["grids"][name] = [g.tolist() for g in grids["grids"]]
+        out["grids"][f"{name}_inconsistent_mass"] = grids["per_text_inconsistent_mass"]
+
+
+def cloze_positions(tokenizer, held_names: list[str], pairs, held_docs, c: dict[str, Any]):
+    """What the one-hidden-token tests hide: ``(city batch, (row, first word) of each city,
+    sentence batch, every (row, position) between [CLS] and [SEP])``, the sentences being the
+    first ``c["sentences"]`` held-out ones of at least ``c["min_words"]`` words."""
+    city = encode_ids(tokenizer, held_names)
+    found = [
+        (row, hit[0])
+        for row, ids in enumerate(city["input_ids"].tolist())
+        if (hit := find_name(ids, pairs)) is not None
+    ]
+    sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
+    batch = encode_ids(tokenizer, sentences)
+    lengths = batch["attention_mask"].sum(1)
+    every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
+    return city, torch.tensor(found), sentences, batch, every
+
+
 def _accuracy(log_probs: torch.Tensor, target: torch.Tensor) -> float:
     return float((log_probs.argmax(-1) == target).float().mean())
 
@@ -203,32 +246,17 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         "col_words": pairs.col_words,
         "cells": [list(c) for c in pairs.cells],
     }
-    out["grids"] = {"sentences": list(s["examples"])}
-    for name in (*MASKED_ARMS, "ar"):
-        kwargs = dict(mask_token_id=mask_id if name in MASKED_ARMS else None)
-        r = name_joints(models[name], tokenizer, held_names, pairs, **kwargs)
-        for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
-            out["names"][f"{name}_{k}"] = r[k]
-        examples = name_joints(models[name], tokenizer, list(s["examples"]), pairs, **kwargs)
-        out["grids"][name] = [g.tolist() for g in examples["grids"]]
-        out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
+    arms = (*MASKED_ARMS, "ar")
+    options = {name: dict(mask_token_id=mask_id if name in MASKED_ARMS else None) for name in arms}
+    name_joint_records(out, models, arms, tokenizer, held_names, s["examples"], pairs, **options)
 
     # 2. bidirectional context: one token hidden
-    city = encode_ids(tokenizer, held_names)
-    found = [
-        (row, hit[0])
-        for row, ids in enumerate(city["input_ids"].tolist())
-        if (hit := find_name(ids, pairs)) is not None
-    ]
-    first = torch.tensor(found)
+    city, first, sentences, batch, every = cloze_positions(
+        tokenizer, held_names, pairs, held_docs, s["cloze"]
+    )
     out["cloze_city_first"] = _cloze(models, city, first, mask_id)
     out["cloze_city_second"] = _cloze(models, city, first + torch.tensor([0, 1]), mask_id)
-    out["cloze_city_first"]["n"] = out["cloze_city_second"]["n"] = len(found)
-    c = s["cloze"]
-    sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
-    batch = encode_ids(tokenizer, sentences)
-    lengths = batch["attention_mask"].sum(1)
-    every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
+    out["cloze_city_first"]["n"] = out["cloze_city_second"]["n"] = len(first)
     out["cloze_words"] = _cloze(models, batch, every, mask_id)
     out["cloze_words"]["n"] = len(every)
 

@@ -50,7 +50,7 @@ from ..recipes.xlnet import pretrain_xlnet, xlnet_config
 from . import Study, pretrain_arms, register_study
 from .ar_ae import QUICK as AR_AE_QUICK
 from .ar_ae import SETTINGS as AR_AE
-from .ar_ae import chapter_text, encode_ids
+from .ar_ae import chapter_text, cloze_positions, encode_ids, name_joint_records
 
 SETTINGS: dict[str, Any] = dict(
     documents=AR_AE["documents"],
@@ -141,29 +141,11 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     # 1. two-word cities, jointly (the chain rule with both sides as context)
     pairs = name_pairs(tokenizer, two_word_cities())
     out["names"] = {"cities": [" ".join(n) for n in pairs.names]}
-    out["grids"] = {"sentences": list(s["examples"])}
-    for name in ARMS:
-        r = name_joints(models[name], tokenizer, held_names, pairs)
-        for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
-            out["names"][f"{name}_{k}"] = r[k]
-        examples = name_joints(models[name], tokenizer, list(s["examples"]), pairs)
-        out["grids"][name] = [g.tolist() for g in examples["grids"]]
-        out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
+    name_joint_records(out, models, ARMS, tokenizer, held_names, s["examples"], pairs)
 
     # 2. one hidden token, given every other token
-    city = encode_ids(tokenizer, held_names)
-    found = [
-        (row, hit[0])
-        for row, ids in enumerate(city["input_ids"].tolist())
-        if (hit := find_name(ids, pairs)) is not None
-    ]
-    first = torch.tensor(found)
+    city, first, _, batch, every = cloze_positions(tokenizer, held_names, pairs, held_docs, s["cloze"])
     second = first + torch.tensor([0, 1])
-    c = s["cloze"]
-    sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
-    batch = encode_ids(tokenizer, sentences)
-    lengths = batch["attention_mask"].sum(1)
-    every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
     for key, data, where in (
         ("cloze_city_first", city, first),
         ("cloze_city_second", city, second),
