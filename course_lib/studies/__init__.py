@@ -59,6 +59,7 @@ __all__ = [
     "load_study",
     "results_path",
     "pretrain_arms",
+    "finetune_each",
     "register",
 ]
 
@@ -164,6 +165,39 @@ def pretrain_arms(
         for key, metric in curves_of(arm).items():
             out[name][key] = list(history.evals[metric])
     return models, out
+
+
+def finetune_each(
+    finetune: Callable[..., Any],
+    starts: Mapping[str, tuple[Any, bool, float]],
+    tokenizer: Any,
+    items: Sequence[Any],
+    settings: Mapping[str, Any],
+    *,
+    seed: int,
+    device: Any,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Fine-tune from each start (name -> ``(model or config, freeze the body, learning rate)``)
+    with ``finetune`` (:func:`~course_lib.recipes.finetune.finetune_tagger` or
+    ``finetune_classifier``) on ``items`` for ``settings["steps"]`` steps of
+    ``settings["batch_size"]``; returns each run's history."""
+    histories = {}
+    for name, (begin, frozen, lr) in starts.items():
+        _, histories[name] = finetune(
+            begin,
+            tokenizer,
+            items,
+            steps=settings["steps"],
+            batch_size=settings["batch_size"],
+            lr=lr,
+            seed=seed,
+            device=device,
+            freeze_body=frozen,
+            progress=False,
+            **kwargs,
+        )
+    return histories
 
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -38,7 +38,7 @@ from ..models.sizes import parameter_breakdown
 from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import pretrain_bert
 from ..recipes.finetune import finetune_classifier
-from . import Study, register_study
+from . import Study, finetune_each, register_study
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -138,21 +138,19 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             raise ValueError(
                 f"too few {task} pairs: {len(train_items)} to train on, {len(test_items)} to test on"
             )
-        starts: dict[str, Any] = {name: models[name] for name in t["starts"]}
-        starts["random"] = models["bert_shape"].config
-        for name, start in starts.items():
-            _, h = finetune_classifier(
-                start,
-                tokenizer,
-                train_items,
-                eval_items=test_items,
-                steps=t["steps"],
-                batch_size=t["batch_size"],
-                lr=t["lr"],
-                seed=seed,
-                device=device,
-                progress=False,
-            )
+        starts: dict[str, Any] = {name: (models[name], False, t["lr"]) for name in t["starts"]}
+        starts["random"] = (models["bert_shape"].config, False, t["lr"])
+        histories = finetune_each(
+            finetune_classifier,
+            starts,
+            tokenizer,
+            train_items,
+            t,
+            seed=seed,
+            device=device,
+            eval_items=test_items,
+        )
+        for name, h in histories.items():
             out.setdefault(f"transfer_{task}", {})[name] = h.evals["accuracy"][-1]
     return out
 

@@ -28,7 +28,7 @@ from ..device import get_device
 from ..objectives.pretraining import evaluate_causal_lm, evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import bert_config, pretrain_bert
 from ..recipes.finetune import finetune_classifier, finetune_tagger
-from . import Study, register_study
+from . import Study, finetune_each, register_study
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -145,21 +145,18 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         "tag_mlm_only_finetuned": (models["mlm_only"].model, False, t["lr"]),
         "tag_random": (bert.config, False, t["lr"]),
     }
-    for name, (begin, frozen, lr) in runs.items():
-        _, h = finetune_tagger(
-            begin,
-            tokenizer,
-            items,
-            num_labels=len(tagset),
-            eval_items=evals,
-            steps=t["steps"],
-            batch_size=t["batch_size"],
-            lr=lr,
-            seed=seed,
-            device=device,
-            freeze_body=frozen,
-            progress=False,
-        )
+    tagged = finetune_each(
+        finetune_tagger,
+        runs,
+        tokenizer,
+        items,
+        t,
+        seed=seed,
+        device=device,
+        num_labels=len(tagset),
+        eval_items=evals,
+    )
+    for name, h in tagged.items():
         out[name] = {"accuracy": h.evals["accuracy"][-1], "unseen_accuracy": h.evals["unseen_accuracy"][-1]}
 
     # a sentence-pair task: same topic or not (training and test pairs from different documents)
@@ -173,20 +170,17 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         "pair_mlm_only": (models["mlm_only"].model, False, q["lr"]),
         "pair_random": (bert.config, False, q["lr"]),
     }
-    for name, (begin, frozen, lr) in starts.items():
-        _, h = finetune_classifier(
-            begin,
-            tokenizer,
-            train_items,
-            eval_items=test_items,
-            steps=q["steps"],
-            batch_size=q["batch_size"],
-            lr=lr,
-            seed=seed,
-            device=device,
-            freeze_body=frozen,
-            progress=False,
-        )
+    paired = finetune_each(
+        finetune_classifier,
+        starts,
+        tokenizer,
+        train_items,
+        q,
+        seed=seed,
+        device=device,
+        eval_items=test_items,
+    )
+    for name, h in paired.items():
         out[name] = {"accuracy": h.evals["accuracy"][-1]}
     return out
 
