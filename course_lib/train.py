@@ -90,6 +90,7 @@ __all__ = [
     "current_step",
     "loop_overrides",
     "set_dropout",
+    "progress_enabled",
 ]
 
 
@@ -381,7 +382,9 @@ def set_dropout(model: nn.Module, p: float) -> nn.Module:
     return model
 
 
-def _progress_enabled(progress: bool | None) -> bool:
+def progress_enabled(progress: bool | None = None) -> bool:
+    """Whether to show a progress bar: ``progress`` when given, else what ``COURSE_PROGRESS``
+    says (on unless it is ``0``, ``false``, ``no`` or ``off``)."""
     if progress is not None:
         return progress
     return os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
@@ -586,7 +589,7 @@ def fit(
         total=steps,
         initial=done,
         desc=desc,
-        disable=not (_progress_enabled(progress) and main_process),
+        disable=not (progress_enabled(progress) and main_process),
         mininterval=0.5,
         leave=True,
     )
