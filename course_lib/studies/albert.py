@@ -65,8 +65,8 @@ SETTINGS: dict[str, Any] = dict(
 )
 QUICK: dict[str, Any] = dict(
     SETTINGS,
-    documents=dict(n_docs=200, seed=0, heldout=0.2),
-    tokenizer=dict(kind="wordpiece", vocab_size=300),
+    documents=dict(SETTINGS["documents"], n_docs=200, heldout=0.2),
+    tokenizer=dict(SETTINGS["tokenizer"], vocab_size=300),
     model=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
     pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
     transfer=dict(SETTINGS["transfer"], train=16, steps=2, batch_size=4),

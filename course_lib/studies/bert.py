@@ -41,14 +41,14 @@ SETTINGS: dict[str, Any] = dict(
     hidden_word=dict(min_words=5),
 )
 QUICK: dict[str, Any] = dict(
-    documents=dict(n_docs=200, seed=0, heldout=0.2),
-    tokenizer=dict(kind="wordpiece", vocab_size=300),
-    pretrain=dict(steps=3, batch_size=8, lr=2e-3, max_len=64),
-    masking=dict(steps=2, batch_size=8, lr=1e-3, documents=30, eval_every=1),
-    tagging=dict(train=(10, 200), test=(10, 201), steps=2, batch_size=4, lr=1e-3, frozen_lr=1e-2),
-    pair_task=dict(train=16, test=16, steps=2, batch_size=4, lr=1e-3, frozen_lr=1e-2),
+    SETTINGS,
+    documents=dict(SETTINGS["documents"], n_docs=200, heldout=0.2),
+    tokenizer=dict(SETTINGS["tokenizer"], vocab_size=300),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
+    masking=dict(SETTINGS["masking"], steps=2, batch_size=8, documents=30, eval_every=1),
+    tagging=dict(SETTINGS["tagging"], train=(10, 200), test=(10, 201), steps=2, batch_size=4),
+    pair_task=dict(SETTINGS["pair_task"], train=16, test=16, steps=2, batch_size=4),
     generation=dict(prompts=("The chef",), tokens=3),
-    hidden_word=dict(min_words=5),
 )
 
 

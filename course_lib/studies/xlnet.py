@@ -71,11 +71,11 @@ QUICK: dict[str, Any] = dict(
     names=AR_AE_QUICK["names"],
     tokenizer=AR_AE_QUICK["tokenizer"],
     model=AR_AE_QUICK["model"],
-    pretrain=dict(steps=3, batch_size=8, lr=1e-3, max_len=64, row_unit="sentence", K=6),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
     arms={"xlnet": {}, "xlnet_long": dict(steps=6)},
     curve_points=2,
     cloze=AR_AE_QUICK["cloze"],
-    position=dict(sentences=10, min_words=5, seed=7),
+    position=dict(SETTINGS["position"], sentences=10),
     orders=dict(rows=10, random_orders=2, seed=11),
 )
 ARMS = ("xlnet", "xlnet_long")
