@@ -114,19 +114,14 @@ def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list]:
     return bert, tokenizer, train_docs
 
 
-def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
-    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
-    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
-    start from."""
-    bert, tokenizer, train_docs = chapter3_bert(s, device)
-    t = s["tagging"]
-    tagset, items, evals = pos_tagging_task(t["train"], t["test"])
-    pool = [sent.tokens for doc in train_docs for sent in doc.sentences]
-    teacher, history = finetune_tagger(
-        bert,
+def _tagger(start, tokenizer, items, evals, num_labels: int, t: dict[str, Any], seed: int, device):
+    """``(tagger, history)``: a tagger fine-tuned from ``start`` (a pretrained BERT, or a config
+    for random weights) with the tagging settings ``t``: the teacher, and the weaker teacher."""
+    return finetune_tagger(
+        start,
         tokenizer,
         items,
-        num_labels=len(tagset),
+        num_labels=num_labels,
         eval_items=evals,
         seed=seed,
         steps=t["steps"],
@@ -135,6 +130,17 @@ def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
         device=device,
         progress=False,
     )
+
+
+def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
+    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
+    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
+    start from."""
+    bert, tokenizer, train_docs = chapter3_bert(s, device)
+    t = s["tagging"]
+    tagset, items, evals = pos_tagging_task(t["train"], t["test"])
+    pool = [sent.tokens for doc in train_docs for sent in doc.sentences]
+    teacher, history = _tagger(bert, tokenizer, items, evals, len(tagset), t, seed, device)
     return dict(
         train_docs=train_docs,
         tokenizer=tokenizer,
@@ -245,19 +251,8 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     small = student_config(teacher.config, **s["student"])
     common = dict(eval_items=evals, seed=seed, progress=False, **s["distill"])
     # a weaker teacher: the same tagger trained from random weights, then the same KD
-    t = s["tagging"]
-    weak, wh = finetune_tagger(
-        setup["bert"].config,
-        tokenizer,
-        items,
-        num_labels=len(setup["tagset"]),
-        eval_items=evals,
-        seed=seed,
-        steps=t["steps"],
-        batch_size=t["batch_size"],
-        lr=t["lr"],
-        device=device,
-        progress=False,
+    weak, wh = _tagger(
+        setup["bert"].config, tokenizer, items, evals, len(setup["tagset"]), s["tagging"], seed, device
     )
     d = distill_tagger(weak, small, tokenizer, items, setup["pool"][: s["transfer"]], method="kd", **common)
     out["weak_teacher"] = dict(
