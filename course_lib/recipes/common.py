@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..data import load_documents
 from ..data.documents import sentence_texts
 from ..device import get_device
 from ..models.albert import AlbertForMaskedLM, AlbertForPreTraining
@@ -73,6 +74,8 @@ __all__ = [
     "data_spec",
     "PretrainedModel",
     "save_pretrained",
+    "run_document_recipe",
+    "pretraining_summary",
     "load_pretrained",
 ]
 
@@ -420,6 +423,47 @@ def run_recipe(
         print(f"held-out: none ({why})")
     print(f"saved to {Path(args.out).resolve()} (load with {loader})")
     return 0
+
+
+def run_document_recipe(
+    args: argparse.Namespace,
+    command: str,
+    *,
+    train: Callable[[list, torch.device], tuple[nn.Module, Any, History]],
+    summary: Callable[[nn.Module, Any, History, torch.device, float], str],
+) -> int:
+    """:func:`run_recipe` of a recipe that trains on documents (``--text``, else ``--n-docs``
+    generated ones) and saves with :func:`save_pretrained` (read back by :func:`load_pretrained`)."""
+    return run_recipe(
+        args,
+        command,
+        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
+        train=train,
+        save=save_pretrained,
+        summary=summary,
+        held_back="documents",
+        loader="course_lib.recipes.common.load_pretrained",
+    )
+
+
+def pretraining_summary(
+    what: str,
+    model: nn.Module,
+    tokenizer: Any,
+    history: History,
+    device: torch.device,
+    seconds: float,
+    *,
+    vocabulary_note: str = "",
+    objective: str = "",
+) -> str:
+    """The line a pretraining command prints: ``pretrained a <what> (<parameters>, vocabulary
+    <size><vocabulary_note>)<objective> for <steps> on <device> in <seconds>; final training loss``."""
+    return (
+        f"pretrained a {what} ({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
+        f"{tokenizer.get_vocab_size()}{vocabulary_note}){objective} for {len(history.loss)} steps on "
+        f"{device.type} in {seconds:.0f} s; final training loss {history.loss[-1]:.3f}"
+    )
 
 
 def run_metadata(

@@ -59,9 +59,9 @@ from .common import (
     data_spec,
     module_main,
     positive,
+    pretraining_summary,
     require_positive,
-    run_recipe,
-    save_pretrained,
+    run_document_recipe,
     sized,
     train_cached,
     training_arguments,
@@ -273,23 +273,10 @@ def _cmd(args: argparse.Namespace) -> int:
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
-        return (
-            f"pretrained a {args.size} Transformer-XL ({model.num_parameters() / 1e6:.1f}M parameters, "
-            f"vocabulary {tokenizer.get_vocab_size()}, memory {model.config.mem_len}) for "
-            f"{len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
-            f"{history.loss[-1]:.3f}"
-        )
+        what, memory = f"{args.size} Transformer-XL", f", memory {model.config.mem_len}"
+        return pretraining_summary(what, model, tokenizer, history, device, seconds, vocabulary_note=memory)
 
-    return run_recipe(
-        args,
-        "pretrain-transfo-xl",
-        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
-        train=train,
-        save=save_pretrained,
-        summary=summary,
-        held_back="documents",
-        loader="course_lib.recipes.common.load_pretrained",
-    )
+    return run_document_recipe(args, "pretrain-transfo-xl", train=train, summary=summary)
 
 
 def _options(p: argparse.ArgumentParser) -> None:

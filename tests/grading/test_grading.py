@@ -22,7 +22,7 @@ from course_lib.grading.format import FormatError, load_assignment
 from course_lib.grading.grade import read_submission
 from course_lib.grading.release import make_stub, release, release_notebook
 from course_lib.grading.report import code_block, render_markdown, sanitize
-from course_lib.grading.sandbox import choose_mode
+from course_lib.grading.sandbox_setup import choose_mode
 from course_lib.grading.sandbox_worker import encode
 from course_lib.grading.wire import ProtocolError, parse_response, to_python
 from course_lib.tools.notebooks import check_notebook
@@ -777,25 +777,25 @@ def test_messages_not_implemented_dtype_and_aliases():
     """Item 6: only the released stub's NotImplementedError (or a bare one) reads "not
     implemented yet"; dtype is compared exactly where a check asks; an object passed twice
     is named as one."""
-    from course_lib.grading.checker import _aliases, _is_stub_message
     from course_lib.grading.release import make_stub
     from course_lib.grading.sandbox_worker import apply_aliases
+    from course_lib.grading.student_calls import argument_aliases, is_stub_message
 
     stub = make_stub("def f(x):\n    return x\n", exercise_title="The f")
     try:
         exec(stub + "\nf(1)\n", {})
     except NotImplementedError as exc:
         released = str(exc)
-    assert _is_stub_message(released, "f") and _is_stub_message("", "f")
-    assert not _is_stub_message("Could not run 'aten::add' with arguments from the 'SparseCPU' backend", "f")
-    assert not _is_stub_message("my own: not done", "f") and not _is_stub_message(released, "g")
+    assert is_stub_message(released, "f") and is_stub_message("", "f")
+    assert not is_stub_message("Could not run 'aten::add' with arguments from the 'SparseCPU' backend", "f")
+    assert not is_stub_message("my own: not done", "f") and not is_stub_message(released, "g")
     a, b = torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float32)
     assert compare_values(a, b, rtol=1e-5, atol=1e-5, hidden=False) is None  # by kind, by default
     msg = compare_values(a, b, rtol=1e-5, atol=1e-5, hidden=False, exact_dtype=True)
     assert msg == "the result has dtype float32, but should be float64 (the instructions name it)"
     assert compare_values([a], [b], rtol=0, atol=0, hidden=True, exact_dtype=True) is not None
     t, lst = torch.ones(3), [1, 2]
-    assert _aliases((t, t, lst), {"y": lst, "z": torch.ones(3)}) == [[0, 1], [2, "y"]]
+    assert argument_aliases((t, t, lst), {"y": lst, "z": torch.ones(3)}) == [[0, 1], [2, "y"]]
     args, kwargs = [torch.ones(3), torch.ones(3), [1, 2]], {"y": [1, 2]}
     apply_aliases(args, kwargs, [[0, 1], [2, "y"]])
     assert args[0] is args[1] and kwargs["y"] is args[2]
@@ -803,9 +803,9 @@ def test_messages_not_implemented_dtype_and_aliases():
 
 def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
     """Safe by default: no working bubblewrap means no grading, unless `--sandbox none`."""
-    import course_lib.grading.sandbox as sandbox
+    import course_lib.grading.sandbox_setup as sandbox_setup
 
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
     with pytest.raises(RuntimeError) as info:
@@ -821,7 +821,7 @@ def test_sandbox_refuses_by_default_without_bwrap(monkeypatch):
         choose_mode("bwrap")
     mode, warning = choose_mode("none")
     assert mode == "none" and "can read any file" in warning
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
 
 
 def _stat_opening(folder, real_stat):
@@ -839,25 +839,25 @@ def _stat_opening(folder, real_stat):
 def test_unreadable_for_others_names_a_mode_700_folder(tmp_path, monkeypatch):
     """The preflight's diagnosis: an interpreter under a folder others cannot enter (pyenv under
     /root, mode 700) is named with its mode."""
-    import course_lib.grading.sandbox as sandbox
+    import course_lib.grading.sandbox_setup as sandbox_setup
 
     home = tmp_path / "home"
     (home / "py" / "bin").mkdir(parents=True)
     (home / "py" / "bin" / "python").write_text("")
     home.chmod(0o700)
-    monkeypatch.setattr(sandbox.sys, "executable", str(home / "py" / "bin" / "python"))
+    monkeypatch.setattr(sandbox_setup.sys, "executable", str(home / "py" / "bin" / "python"))
     try:
-        blocked = sandbox.unreadable_for_others([])  # pytest's own temporary folders are mode 700 too
+        blocked = sandbox_setup.unreadable_for_others([])  # pytest's own temporary folders are mode 700 too
         assert blocked.endswith(" (mode 700)") and str(home).startswith(
             blocked.removesuffix(" (mode 700)")
         ), blocked
         home.chmod(0o755)
-        assert f"{home} " not in (sandbox.unreadable_for_others([]) or "")
+        assert f"{home} " not in (sandbox_setup.unreadable_for_others([]) or "")
         home.chmod(0o700)
         for parent in home.parents:  # the folders above it opened: now it is the one named
             if parent.stat().st_mode & 0o001 == 0:
-                monkeypatch.setattr(sandbox.os, "stat", _stat_opening(parent, sandbox.os.stat))
-        assert sandbox.unreadable_for_others([]) == f"{home} (mode 700)"
+                monkeypatch.setattr(sandbox_setup.os, "stat", _stat_opening(parent, sandbox_setup.os.stat))
+        assert sandbox_setup.unreadable_for_others([]) == f"{home} (mode 700)"
     finally:
         home.chmod(0o755)
 

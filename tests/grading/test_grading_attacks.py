@@ -25,7 +25,7 @@ from grading_fixtures.cases import CAUSAL, PE, ROOT, SOLUTION, Case
 from course_lib.grading.compare import compare_values
 from course_lib.grading.grade import read_submission, report_folders
 from course_lib.grading.report import csv_cell, write_grades_csv, write_report
-from course_lib.grading.sandbox import bwrap_status
+from course_lib.grading.sandbox_setup import bwrap_status
 from course_lib.grading.wire import ProtocolError, _validator, encode, parse_response, validate_response
 
 HAVE_BWRAP, _ = bwrap_status()
@@ -611,14 +611,14 @@ def test_a_tensor_subclass_cannot_hide_that_it_requires_grad():
 
 
 def test_mutations_are_applied_in_place():
-    from course_lib.grading.checker import _mutate_in_place
+    from course_lib.grading.student_calls import mutate_in_place
 
     t = torch.zeros(3)
-    _mutate_in_place(t, torch.ones(3))
+    mutate_in_place(t, torch.ones(3))
     assert torch.equal(t, torch.ones(3))
     lst = [1, [2, 3], torch.zeros(2)]
     inner, tensor = lst[1], lst[2]
-    _mutate_in_place(lst, [1, [2], torch.ones(2), 9])
+    mutate_in_place(lst, [1, [2], torch.ones(2), 9])
     assert (
         lst == [1, [2], lst[2], 9]
         and lst[1] is inner
@@ -626,13 +626,13 @@ def test_mutations_are_applied_in_place():
         and torch.equal(tensor, torch.ones(2))
     )
     d = {"a": 1, "b": 2}
-    _mutate_in_place(d, {"a": 5})
+    mutate_in_place(d, {"a": 5})
     assert d == {"a": 5}
     # the student's function detached an argument in place (hidden.detach_()): so does the check's copy
     leaf = torch.zeros(2, requires_grad=True)
-    _mutate_in_place(leaf, torch.ones(2))
+    mutate_in_place(leaf, torch.ones(2))
     assert torch.equal(leaf, torch.ones(2)) and not leaf.requires_grad
-    _mutate_in_place(leaf, torch.zeros(2).requires_grad_())
+    mutate_in_place(leaf, torch.zeros(2).requires_grad_())
     assert leaf.requires_grad and leaf.is_leaf
 
 

@@ -28,7 +28,8 @@ from grading_fixtures.cases import (
     solution_answers,
 )
 
-from course_lib.grading.sandbox import OUTPUT_KEEP, Sandbox, bwrap_status
+from course_lib.grading.sandbox import OUTPUT_KEEP, Sandbox
+from course_lib.grading.sandbox_setup import bwrap_status
 
 HAVE_BWRAP, BWRAP_REASON = bwrap_status()
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")
@@ -563,7 +564,7 @@ def test_checks_cannot_be_made_to_spend(tmp_path, capsys):
 
 
 def test_an_object_passed_twice_is_one_object_in_the_sandbox():
-    from course_lib.grading.checker import _aliases
+    from course_lib.grading.student_calls import argument_aliases
     from course_lib.grading.wire import encode_for_sandbox, to_python
 
     box = Sandbox("bwrap" if HAVE_BWRAP else "none")
@@ -583,7 +584,7 @@ def test_an_object_passed_twice_is_one_object_in_the_sandbox():
             "kwargs": [],
         }
         plain = box.request(req, time.monotonic() + 30)
-        shared = box.request({**req, "aliases": _aliases((t, t), {})}, time.monotonic() + 30)
+        shared = box.request({**req, "aliases": argument_aliases((t, t), {})}, time.monotonic() + 30)
     finally:
         box.kill()
     assert to_python(plain.value) is False and to_python(shared.value) is True
@@ -671,7 +672,7 @@ def test_submission_time_limit_keeps_earlier_credit(tmp_path, capsys):
 
 def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypatch, capsys):
     """The command's exit codes (run in-process: none of these starts a sandbox)."""
-    import course_lib.grading.sandbox as sandbox
+    import course_lib.grading.sandbox_setup as sandbox_setup
     from course_lib.cli import main as course_main
 
     sub = str(Case("solution").write(tmp_path))
@@ -681,16 +682,16 @@ def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypa
     not_a_dir.write_text("x")
     assert course_main(["grade", sub, "--out", str(not_a_dir), "--assignment", "02_transformer"]) == 1
     assert "cannot write to the output folder" in capsys.readouterr().err
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on the PATH
     assert course_main(["grade", sub, "--out", str(tmp_path / "o2"), "--sandbox", "bwrap"]) == 1
     assert "bubblewrap does not work here" in capsys.readouterr().err
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
     monkeypatch.delenv("COURSE_GRADER_SANDBOX", raising=False)
     assert course_main(["grade", sub, "--out", str(tmp_path / "o2")]) == 1  # the default refuses too
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "make system-deps" in err[0] and "--sandbox none" in err[0], err
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
     monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
     assert course_main(["grade", str(tmp_path / "missing.ipynb"), "--out", str(tmp_path / "o3")]) == 0
     assert read_rows(tmp_path / "o3")[0]["status"] == "error: file not found"
@@ -701,7 +702,7 @@ def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypa
 def test_a_sandbox_that_cannot_start_grades_nothing(tmp_path, monkeypatch, capsys):
     """A broken sandbox is the grader's failure: the preflight (a known-good answer run in it)
     fails, the batch grades nothing and says why in one line; no student gets 0 for it."""
-    import course_lib.grading.sandbox as sandbox
+    import course_lib.grading.sandbox_setup as sandbox_setup
 
     fake = tmp_path / "bin" / "bwrap"
     fake.parent.mkdir()
@@ -710,11 +711,11 @@ def test_a_sandbox_that_cannot_start_grades_nothing(tmp_path, monkeypatch, capsy
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+    monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
     sub = Case("solution").write(tmp_path)
     for mode in ("bwrap", "auto"):
         proc, _ = course_grade_here(capsys, [sub], tmp_path / "out", "--sandbox", mode)
-        monkeypatch.setattr(sandbox, "_BWRAP_CACHE", {})
+        monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
         assert proc.returncode == 1, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(
@@ -730,9 +731,11 @@ def test_sandbox_sees_no_solutions_no_network_and_no_course_lib(as_root, monkeyp
     """The bubblewrap sandbox, as root (uid drop) and as an unprivileged grader would run it
     (its own user namespace, no uid change)."""
     import course_lib.grading.sandbox as sandbox
+    import course_lib.grading.sandbox_setup as sandbox_setup
 
     if not as_root:
         monkeypatch.setattr(sandbox, "is_root", lambda: False)
+        monkeypatch.setattr(sandbox_setup, "is_root", lambda: False)
     elif os.geteuid() != 0:
         pytest.skip("needs root")
     box = Sandbox("bwrap")
@@ -781,11 +784,11 @@ def test_directories_under_tmp_stay_visible_in_the_sandbox(tmp_path):
     """A checkout (and its venv) below /tmp must not be hidden by the sandbox's private /tmp."""
     import shutil
 
-    from course_lib.grading.sandbox import _bwrap_prefix
+    from course_lib.grading.sandbox_setup import bwrap_command
 
     assert str(tmp_path).startswith("/tmp/")
     (tmp_path / "probe.txt").write_text("visible\n")
-    cmd = _bwrap_prefix(shutil.which("bwrap"), tmpfs_mb=8, extra_dirs=[str(tmp_path), "/tmp"])
+    cmd = bwrap_command(shutil.which("bwrap"), tmpfs_mb=8, extra_dirs=[str(tmp_path), "/tmp"])
     out = subprocess.run(
         cmd + ["/bin/sh", "-c", f"cat {tmp_path}/probe.txt; touch /tmp/w && echo writable"],
         capture_output=True,

@@ -21,7 +21,7 @@ import pytest
 from grading_fixtures.chapters import forbidden_at_home
 
 from course_lib.grading.format import load_assignment
-from course_lib.grading.sandbox import bwrap_status
+from course_lib.grading.sandbox_setup import bwrap_status
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = [

@@ -6,21 +6,17 @@ import math
 import pytest
 import torch
 
-from course_lib.models.elmo import (
+from course_lib.data.chars import (
     BEGINNING_OF_SENTENCE_CHAR,
     BEGINNING_OF_WORD_CHAR,
     END_OF_SENTENCE_CHAR,
     END_OF_WORD_CHAR,
     PADDING_CHAR,
-    Elmo,
-    ElmoConfig,
-    ElmoLanguageModel,
-    Highway,
-    ScalarMix,
     char_ids_to_words,
     word_to_char_ids,
     words_to_char_ids,
 )
+from course_lib.models.elmo import Elmo, ElmoConfig, ElmoLanguageModel, Highway, ScalarMix
 from course_lib.objectives.losses import elmo_lm_loss
 from course_lib.recipes.elmo import compare_naive_bidirectional, train_elmo
 

@@ -11,7 +11,8 @@ import torch
 from course_lib.analysis import layer_vectors
 from course_lib.cli import main as course_main
 from course_lib.data import WordVocab, generate_corpus
-from course_lib.models.elmo import ElmoLanguageModel, words_to_char_ids
+from course_lib.data.chars import words_to_char_ids
+from course_lib.models.elmo import ElmoLanguageModel
 from course_lib.recipes.elmo import (
     SIZES,
     ElmoLMData,

@@ -18,8 +18,10 @@ import torch
 pytest.importorskip("transformers")
 
 from course_lib.models.bert import BertConfig, BertForPreTraining
-from course_lib.tools import bench
-from course_lib.tools.bench import (
+from course_lib.tools import bench, bench_models
+from course_lib.tools.bench import matmul_peak, time_interleaved
+from course_lib.tools.bench_models import (
+    COURSE_STEP_OPTIONS,
     MODELS,
     BenchShape,
     ParityError,
@@ -27,8 +29,6 @@ from course_lib.tools.bench import (
     check_parity,
     count_flops,
     make_batch,
-    matmul_peak,
-    time_interleaved,
     training_flops,
 )
 
@@ -66,7 +66,7 @@ def test_training_flops_matches_flop_counter_for_every_benchmarked_step(name):
     """The benchmark's own step of each model (XLNet's two streams and partial prediction too)."""
     ours, _ = build_pair(name, TINY)
     batch = make_batch(name, TINY)
-    counted = count_flops(lambda: ours(**batch, **bench.COURSE_STEP_OPTIONS.get(name, {})).loss.backward())
+    counted = count_flops(lambda: ours(**batch, **COURSE_STEP_OPTIONS.get(name, {})).loss.backward())
     assert training_flops(ours.config, TINY.batch, TINY.seq, num_predict=TINY.num_predict) == pytest.approx(
         counted, rel=0.05
     )
@@ -93,7 +93,7 @@ def test_batches_hold_the_objectives():
     mlm = make_batch("bert", shape)
     chosen = mlm["labels"] != -100
     assert (chosen.sum(dim=1) == k).all()
-    assert (mlm["input_ids"][chosen] == bench.MASK_ID).all()
+    assert (mlm["input_ids"][chosen] == bench_models.MASK_ID).all()
     assert "next_sentence_label" in mlm and "sentence_order_label" in make_batch("albert", shape)
     x = make_batch("xlnet", shape)
     assert x["perm_mask"].shape == (3, 20, 20) and x["target_mapping"].shape == (3, k, 20)
@@ -187,15 +187,15 @@ def test_matmul_peak_is_positive():
 @pytest.mark.parametrize("name", MODELS)
 def test_gradients_are_compared_before_timing_and_a_wrong_gradient_stops_the_run(name):
     shape = BenchShape(batch=2, seq=16, layers=1, hidden=32, heads=4, vocab=100)
-    ours, hf = bench.build_pair(name, shape)
+    ours, hf = bench_models.build_pair(name, shape)
     batch = make_batch(name, shape)
-    assert bench.check_gradients(name, ours, hf, batch) <= bench.GRAD_TOL
+    assert bench_models.check_gradients(name, ours, hf, batch) <= bench_models.GRAD_TOL
     assert all(p.grad is None for p in ours.parameters()) and ours.training  # left clean
     # the same forward pass, a wrong backward pass for one matrix: the forward check cannot see it
     target_name, target = [(n, p) for n, p in ours.named_parameters() if p.dim() == 2][-1]
     target.register_hook(lambda g: 1.5 * g)
-    with pytest.raises(bench.ParityError, match=f"gradients disagree: {target_name}"):
-        bench.check_gradients(name, ours, hf, batch)
+    with pytest.raises(bench_models.ParityError, match=f"gradients disagree: {target_name}"):
+        bench_models.check_gradients(name, ours, hf, batch)
 
 
 def test_spread_and_the_markdown_report(tmp_path, capsys, restore_threads):
