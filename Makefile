@@ -66,12 +66,12 @@ test: $(STAMP) system-deps
 	$(BIN)/ruff check course_lib tests benchmarks
 	$(BIN)/ruff format --check course_lib tests benchmarks
 	@mkdir -p _build; \
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests/test_book.py -p no:cacheprovider --durations=5 \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest tests/tools/test_book.py -p no:cacheprovider --durations=5 \
 	  > _build/test-book.log 2>&1 & book=$$!; trap 'kill $$book 2>/dev/null' INT TERM; \
-	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE nice -n 10 $(BIN)/python -m pytest tests solutions --ignore=tests/test_book.py \
+	OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE nice -n 10 $(BIN)/python -m pytest tests solutions --ignore=tests/tools/test_book.py \
 	  --nbval-lax --nbval-current-env --durations=15; rest=$$?; \
 	wait $$book; book_rc=$$?; \
-	echo; echo "=== the book half (tests/test_book.py): _build/test-book.log ==="; cat _build/test-book.log; \
+	echo; echo "=== the book half (tests/tools/test_book.py): _build/test-book.log ==="; cat _build/test-book.log; \
 	echo "the rest: exit $$rest; the book: exit $$book_rc"; \
 	test $$rest -eq 0 && test $$book_rc -eq 0
 
@@ -92,11 +92,11 @@ test-bf16: $(STAMP)
 	COURSE_PRECISION=bf16 COURSE_DEVICE=cpu COURSE_CACHE=$(BF16_CACHE) \
 	  $(BIN)/python -m pytest book --nbval-lax --nbval-current-env --durations=5
 
-# The widgets in a real Jupyter front end with a kernel (tests/test_widgets_jupyter.py): JupyterLab
+# The widgets in a real Jupyter front end with a kernel (tests/widgets/test_widgets_jupyter.py): JupyterLab
 # is not a course dependency, so this target installs it into the build environment first.
 test-jupyter: $(STAMP) system-deps
 	$(BIN)/python -m pip install --quiet jupyterlab
-	OMP_NUM_THREADS=1 COURSE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest tests/test_widgets_jupyter.py -p no:cacheprovider -s
+	OMP_NUM_THREADS=1 COURSE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest tests/widgets/test_widgets_jupyter.py -p no:cacheprovider -s
 
 # The one prepared GPU check (benchmarks/gpu_check.py): writes _build/gpu-check/report.{json,md}
 # after every step, downloads nothing.

@@ -230,8 +230,9 @@ def environment(device: str) -> dict[str, Any]:
 
 def bench_step(device: str, smoke: bool, repeats: int) -> dict[str, Any]:
     from course_lib.tools import bench
+    from course_lib.tools.bench_models import BenchShape
 
-    shape = bench.BenchShape(**(TINY if smoke else BASE))
+    shape = BenchShape(**(TINY if smoke else BASE))
     lines: list[str] = []
     result = bench.run(
         shape,

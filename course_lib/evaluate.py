@@ -327,11 +327,10 @@ def evaluate_folder(
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    import os
-
     from .data.text_files import reading_encoding
+    from .train import progress_enabled
 
-    progress = os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
+    progress = progress_enabled()
     try:
         with reading_encoding(args.encoding):
             result = evaluate_folder(

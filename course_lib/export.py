@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .models.hf import xlnet_config_to_hf
+
 __all__ = ["EXPORTABLE", "export_model", "hf_state_dict", "hf_config", "hf_tokenizer", "register", "main"]
 
 # our architecture -> (transformers config class, model_type, exported architecture)
@@ -92,6 +94,7 @@ def hf_config(model: nn.Module, tokenizer: dict[str, Any]) -> Any:
     values.pop("architecture", None)
     if exported.startswith("XLNet"):
         values.pop("num_labels", None)
+        values = xlnet_config_to_hf(values)  # the course's mem_len=0 is no memory
     config = getattr(transformers, config_class)(**values)
     config.architectures = [exported]
     ids = {t["content"]: t["id"] for t in tokenizer.get("added_tokens", [])}

@@ -43,7 +43,6 @@ commands pass ``--accumulate``, ``--precision``, ``--checkpoint-dir``... to reci
 from __future__ import annotations
 
 import contextvars
-import csv
 import json
 import math
 import os
@@ -59,6 +58,21 @@ import torch
 from torch import nn
 
 from .device import autocast
+from .train_log import MetricsLog
+from .train_parallel import LossModule, agree, average, distributed_info, first_rows, shard_batch
+from .train_state import (
+    ResumeMismatch,
+    Termination,
+    batch_hash,
+    check_resume,
+    current_resume_check,
+    holder_states,
+    keep_copy,
+    loss_state_holders,
+    model_signature,
+    replay,
+    set_holder_states,
+)
 
 __all__ = [
     "History",
@@ -71,15 +85,12 @@ __all__ = [
     "RunOptions",
     "training_run",
     "current_run",
-    "distributed_info",
-    "shard_batch",
     "PRECISIONS",
     "SCHEDULES",
     "current_step",
-    "resume_settings",
     "loop_overrides",
     "set_dropout",
-    "ResumeMismatch",
+    "progress_enabled",
 ]
 
 
@@ -284,35 +295,6 @@ def current_step() -> int | None:
     return _STEP.get()
 
 
-class ResumeMismatch(ValueError):
-    """A resume whose settings differ from the saved run's (the message names each one)."""
-
-
-@dataclass(frozen=True)
-class _ResumeCheck:
-    settings: Mapping[str, Any]
-    force: bool
-
-
-_RESUME_CHECK: contextvars.ContextVar[_ResumeCheck | None] = contextvars.ContextVar(
-    "course_resume_check", default=None
-)
-
-
-@contextmanager
-def resume_settings(settings: Mapping[str, Any], *, force: bool = False) -> Iterator[None]:
-    """Every ``fit`` inside records ``settings`` (name -> JSON-safe value: the command's options
-    that define the run) in its training state, and a resume refuses a state whose recorded
-    settings differ (a :class:`ResumeMismatch` naming each one); ``force=True`` accepts the
-    differences (e.g. more ``--steps`` to continue a finished run), except a model of another
-    shape, which cannot be loaded."""
-    token = _RESUME_CHECK.set(_ResumeCheck(dict(settings), force))
-    try:
-        yield
-    finally:
-        _RESUME_CHECK.reset(token)
-
-
 @dataclass(frozen=True)
 class _Overrides:
     warmup: int | None = None
@@ -400,156 +382,9 @@ def set_dropout(model: nn.Module, p: float) -> nn.Module:
     return model
 
 
-class _Termination:
-    """SIGTERM (a preemptible machine's notice) during ``fit``: noted, and the loop saves its
-    state after the current step and exits."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.previous: Any = None
-
-    def __enter__(self) -> _Termination:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._note)
-        return self
-
-    def _note(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def __exit__(self, *exc: Any) -> None:
-        import signal
-
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-
-
-def _loss_state_holders(loss_fn: Any) -> list[Any]:
-    """The random sources and counters a loss owns, which belong in the training state: the
-    ``torch.Generator`` objects among a ``functools.partial``'s arguments (XLNet's order
-    generator), and the loss itself (or the partial's function) when it has
-    ``state_dict``/``load_state_dict``."""
-    import functools
-
-    holders: list[Any] = []
-    fn = loss_fn
-    while isinstance(fn, functools.partial):
-        for v in [*fn.args, *fn.keywords.values()]:
-            if isinstance(v, torch.Generator):
-                holders.append(v)
-        fn = fn.func
-    for obj in (loss_fn, fn):
-        if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict") and obj not in holders:
-            holders.append(obj)
-    return holders
-
-
-def _holder_states(holders: list[Any]) -> list[Any]:
-    return [h.get_state() if isinstance(h, torch.Generator) else h.state_dict() for h in holders]
-
-
-def _set_holder_states(holders: list[Any], states: list[Any] | None) -> None:
-    if states is None:
-        return
-    if len(states) != len(holders):
-        raise ResumeMismatch(
-            f"the saved state holds {len(states)} loss-owned random sources or counters, this loss has "
-            f"{len(holders)}: not the same objective"
-        )
-    for h, st in zip(holders, states):
-        if isinstance(h, torch.Generator):
-            h.set_state(st)
-        else:
-            h.load_state_dict(st)
-
-
-def _batch_hash(batch: Any) -> str:
-    """A short hash of a batch's tensors (and other values): the data, tokenizer and batching
-    of a run, checked again when it resumes."""
-    import hashlib
-
-    h = hashlib.sha256()
-
-    def walk(b: Any) -> None:
-        if isinstance(b, torch.Tensor):
-            t = b.detach().cpu().contiguous()
-            h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        elif isinstance(b, Mapping):
-            for k in sorted(b, key=str):
-                h.update(str(k).encode())
-                walk(b[k])
-        elif isinstance(b, (list, tuple)):
-            for v in b:
-                walk(v)
-        else:
-            h.update(repr(b).encode())
-
-    walk(batch)
-    return h.hexdigest()[:16]
-
-
-def _model_signature(model: nn.Module) -> str:
-    import hashlib
-
-    text = ";".join(f"{k}:{tuple(v.shape)}" for k, v in model.state_dict().items())
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def distributed_info() -> tuple[int, int]:
-    """``(rank, world size)``: ``(0, 1)`` unless ``torch.distributed`` is initialised."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def shard_batch(batch: Any, rank: int, world: int) -> Any:
-    """Rank ``rank``'s contiguous slice of every tensor in ``batch`` that has the batch's rows.
-
-    The rows are those of the first tensor found; their number must divide by ``world``
-    (``ValueError`` naming both otherwise). Other values are left alone."""
-    if world == 1:
-        return batch
-    rows = _first_rows(batch)
-    if rows is None:
-        return batch
-    if rows % world:
-        raise ValueError(
-            f"a batch of {rows} rows does not split over {world} processes: "
-            f"use a batch size divisible by {world}"
-        )
-    per = rows // world
-    return _slice_rows(batch, rows, slice(rank * per, (rank + 1) * per))
-
-
-def _first_rows(batch: Any) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return batch.size(0) if batch.dim() else None
-    values = (
-        batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
-    )
-    for v in values:
-        n = _first_rows(v)
-        if n is not None:
-            return n
-    return None
-
-
-def _slice_rows(batch: Any, rows: int, sel: slice) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch[sel] if batch.dim() and batch.size(0) == rows else batch
-    if isinstance(batch, Mapping):
-        return type(batch)({k: _slice_rows(v, rows, sel) for k, v in batch.items()})
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_slice_rows(v, rows, sel) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_slice_rows(v, rows, sel) for v in batch)
-    return batch
-
-
-def _progress_enabled(progress: bool | None) -> bool:
+def progress_enabled(progress: bool | None = None) -> bool:
+    """Whether to show a progress bar: ``progress`` when given, else what ``COURSE_PROGRESS``
+    says (on unless it is ``0``, ``false``, ``no`` or ``off``)."""
     if progress is not None:
         return progress
     return os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
@@ -570,61 +405,6 @@ def _batch_iterator(batches: Iterable | Callable[[int], Any]) -> Iterator:
             raise ValueError("fit: the batch iterable yielded nothing")
         if isinstance(batches, Iterator):  # a one-shot iterator is exhausted: stop
             return
-
-
-def _replay(it: Iterator, n: int) -> str | None:
-    """Draw and drop ``n`` batches: a resumed run's stream (and any state the batch source
-    keeps, such as a shuffled order or a private generator shared with a later ``fit``)
-    reaches where the stopped run was. Returns the hash of the first batch (checked against
-    the saved run's)."""
-    first = None
-    for k in range(n):
-        try:
-            batch = next(it)
-        except StopIteration:
-            return first
-        if k == 0:
-            first = _batch_hash(batch)
-    return first
-
-
-def _check_resume(
-    state: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    signature: str,
-    steps: int,
-    state_file: Path,
-    *,
-    force: bool,
-) -> None:
-    """Refuse (:class:`ResumeMismatch`, one line naming each differing setting) a saved state
-    this run cannot continue; ``force`` accepts all differences but the model's shape."""
-    extra = state.get("extra") or {}
-    saved = json.loads(extra["settings"]) if extra.get("settings") else {"--steps": state.get("steps")}
-    differ = []
-
-    def show(v: Any) -> str:
-        return "default" if v is None else str(v)
-
-    for name in dict.fromkeys([*saved, *settings]):
-        if name in saved and name in settings and saved[name] != settings[name]:
-            differ.append(f"{name} {show(saved[name])} (saved) vs {show(settings[name])} (now)")
-        elif (name in saved) != (name in settings) and name != "--steps":
-            value = saved.get(name, settings.get(name))
-            differ.append(f"{name} {'only in the saved run' if name in saved else 'only now'} ({value})")
-    if extra.get("model") and signature and extra["model"] != signature:
-        raise ResumeMismatch(
-            f"cannot resume from {state_file}: the model has another shape (--size, --vocab-size, "
-            f"--max-len or the configuration differ)"
-            + (f"; also {', '.join(differ)}" if differ else "")
-            + "; use the run's options, or another --checkpoint-dir"
-        )
-    if differ and not force:
-        raise ResumeMismatch(
-            f"cannot resume from {state_file}: {', '.join(differ)}; use the run's options, "
-            "--force-resume to continue anyway (e.g. more --steps after a finished run), "
-            "or another --checkpoint-dir"
-        )
 
 
 def fit(
@@ -727,8 +507,8 @@ def fit(
     done = 0  # optimiser steps of this call already taken (restored on resume)
     rng = None
     state_file = Path(checkpoint) / "state.pt" if checkpoint is not None else None
-    holders = _loss_state_holders(loss_fn) if state_file is not None else []
-    check = _RESUME_CHECK.get()
+    holders = loss_state_holders(loss_fn) if state_file is not None else []
+    check = current_resume_check()
     # what defines this run: recorded in its state, compared when it resumes
     settings: dict[str, Any] = {
         "--steps": steps,
@@ -744,14 +524,14 @@ def fit(
     if check is not None:
         settings.update(check.settings)
     settings = json.loads(json.dumps(settings, default=str))
-    signature = _model_signature(model) if state_file is not None else ""
+    signature = model_signature(model) if state_file is not None else ""
     first_batch: str | None = None
     extra: dict[str, Any] = {}
     if resume and state_file is not None and state_file.exists():
         from .checkpoints import load_train_state
 
         def vet(state: Mapping[str, Any]) -> None:
-            _check_resume(state, settings, signature, steps, state_file, force=bool(check and check.force))
+            check_resume(state, settings, signature, steps, state_file, force=bool(check and check.force))
 
         done, restored, rng, extra = load_train_state(
             state_file, model, optimizer, scaler, steps=steps, check=vet
@@ -778,7 +558,7 @@ def fit(
             from .checkpoints import save_train_state
 
             if overrides.keep_last:
-                _keep_copy(state_file, saved_at[0], overrides.keep_last)
+                keep_copy(state_file, saved_at[0], overrides.keep_last)
             saved_at[0] = done
             save_train_state(
                 state_file,
@@ -793,13 +573,13 @@ def fit(
                     "settings": json.dumps(settings),
                     "model": signature,
                     "first_batch": first_batch,
-                    "loss_state": _holder_states(holders),
+                    "loss_state": holder_states(holders),
                 },
             )
         if world > 1:
             torch.distributed.barrier()
 
-    log = _MetricsLog(log_csv if main_process else None, opts.tensorboard if main_process else None, stage)
+    log = MetricsLog(log_csv if main_process else None, opts.tensorboard if main_process else None, stage)
     if done:
         log.truncate_after(history.steps[-1])
 
@@ -809,7 +589,7 @@ def fit(
         total=steps,
         initial=done,
         desc=desc,
-        disable=not (_progress_enabled(progress) and main_process),
+        disable=not (progress_enabled(progress) and main_process),
         mininterval=0.5,
         leave=True,
     )
@@ -820,7 +600,7 @@ def fit(
     if done:  # replay the batches drawn before the stop, then put the random states back
         from .checkpoints import set_rng_state
 
-        first_batch = _replay(it, done * accumulate)
+        first_batch = replay(it, done * accumulate)
         saved_first = extra.get("first_batch")
         if saved_first and first_batch and saved_first != first_batch and not (check and check.force):
             raise ResumeMismatch(
@@ -828,7 +608,7 @@ def fit(
                 "(other data, tokenizer, batching or seed); use the same options, or another --checkpoint-dir"
             )
         set_rng_state(rng)
-        _set_holder_states(holders, extra.get("loss_state"))
+        set_holder_states(holders, extra.get("loss_state"))
     if done >= steps:  # a finished run: its final state is already loaded
         bar.close()
         log.close()
@@ -868,7 +648,7 @@ def fit(
         # (course losses call submodules and heads directly): rank 0's weights are broadcast
         # when it is built, and the gradients are averaged in buckets while backward runs
         ddp = torch.nn.parallel.DistributedDataParallel(
-            _LossModule(model, forward, loss_fn),
+            LossModule(model, forward, loss_fn),
             device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=True,  # heads a batch does not use (a pair task, a hint layer)
         )
@@ -881,7 +661,7 @@ def fit(
         with ddp.no_sync():  # accumulate locally; the last micro-batch's backward all-reduces
             return ddp(batch)
 
-    termination = _Termination() if state_file is not None else None
+    termination = Termination() if state_file is not None else None
     if termination is not None:
         termination.__enter__()
     try:
@@ -901,7 +681,7 @@ def fit(
                     exhausted = True
                     break
                 if first_batch is None and state_file is not None:
-                    first_batch = _batch_hash(batch)
+                    first_batch = batch_hash(batch)
                 batch = to_device(shard_batch(batch, rank, world), device)
                 try:
                     step_token = _STEP.set(i)
@@ -934,7 +714,7 @@ def fit(
             if exhausted:
                 break
             if world > 1:  # the gradients are averaged already (DDP); the loss for the record
-                step_loss = _average(step_loss, world, device)
+                step_loss = average(step_loss, world, device)
             if scaler is not None:
                 scaler.unscale_(optimizer)
             if grad_clip is not None:
@@ -957,7 +737,7 @@ def fit(
                 run_eval(step)
             if save:
                 save_state(finished=False)
-            if termination is not None and _agree(termination.requested, world, device) and done < steps:
+            if termination is not None and agree(termination.requested, world, device) and done < steps:
                 flush()
                 save_state(finished=False)
                 raise SystemExit(
@@ -978,32 +758,6 @@ def fit(
     return history
 
 
-def _agree(flag: bool, world: int, device: torch.device) -> bool:
-    """``flag`` on any process (one all-reduce when there are several): all stop together."""
-    if world == 1:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    torch.distributed.all_reduce(t)
-    return bool(t.item() > 0)
-
-
-def _keep_copy(state_file: Path, previous: int, keep: int) -> None:
-    """Before ``state_file`` (of step ``previous``) is replaced, keep it as
-    ``state-<step>.pt`` and remove all but the newest ``keep`` such copies."""
-    if state_file.exists() and previous > 0:
-        copy = state_file.with_name(f"state-{previous:08d}.pt")
-        copy.unlink(missing_ok=True)
-        try:
-            os.link(state_file, copy)  # the latest state is replaced by a rename: the link keeps it
-        except OSError:
-            import shutil
-
-            shutil.copyfile(state_file, copy)
-    copies = sorted(state_file.parent.glob("state-*.pt"))
-    for old in copies[: max(0, len(copies) - keep)]:
-        old.unlink(missing_ok=True)
-
-
 # steps between reading the loss back from the device: every step on a CPU (where reading is
 # free), every 10 on a GPU, so the host queues work ahead instead of waiting each step
 _SYNC_EVERY: dict[str, int] = {"cpu": 1}
@@ -1018,115 +772,11 @@ def _precision_context(device: torch.device, precision: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-class _LossModule(nn.Module):
-    """``forward(batch) = loss_fn(model, batch)``: the objective as one module, so that
-    DistributedDataParallel sees the loss's whole graph (every submodule and head a course
-    loss calls), not only ``model.forward``."""
-
-    def __init__(self, model: nn.Module, forward: Any, loss_fn: Callable[[nn.Module, Any], Any]) -> None:
-        super().__init__()
-        self.model = model
-        self._forward = forward  # the model, or its torch.compile'd version
-        self._loss_fn = loss_fn
-
-    def forward(self, batch: Any) -> Any:
-        return self._loss_fn(self._forward, batch)
-
-
-def _average(loss: Any, world: int, device: torch.device) -> Any:
-    """The step's loss (a float or a device scalar, returned as the same kind) averaged over
-    the processes: what one process with the whole batch records."""
-    t = torch.as_tensor(loss, dtype=torch.float32, device=device).reshape(1).clone()
-    torch.distributed.all_reduce(t)
-    t /= world
-    return t[0] if isinstance(loss, torch.Tensor) else float(t[0])
-
-
 def _out_of_memory(error: Exception, batch: Any, step: int, accumulate: int) -> RuntimeError:
-    rows = _first_rows(batch) or 0
+    rows = first_rows(batch) or 0
     half = max(1, rows // 2)
     return RuntimeError(
         f"out of memory at step {step} with a (per-process) batch of {rows} rows: try --batch-size {half} "
         f"--accumulate {accumulate * 2} (the same examples per step in smaller pieces), a shorter --max-len "
         f"or --precision bf16 ({error})"
     )
-
-
-class _MetricsLog:
-    """One CSV row per step (and TensorBoard scalars when asked and installed)."""
-
-    def __init__(self, path: str | Path | None, tensorboard: str | None, stage: str) -> None:
-        self.path = Path(path) if path is not None else None
-        self.rows_written = 0
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(Path(tensorboard) / stage))
-            except ImportError:
-                import warnings
-
-                warnings.warn(
-                    "tensorboard is not installed: pip install tensorboard (the CSV log is still written)"
-                )
-        self.columns: list[str] | None = None
-
-    def truncate_after(self, last_step: int) -> None:
-        """Drop rows of steps after ``last_step`` (a resumed run writes them again)."""
-        if self.path is None or not self.path.exists():
-            return
-        with self.path.open(newline="") as f:
-            rows = list(csv.reader(f))
-        if not rows:
-            return
-        kept = [rows[0]] + [r for r in rows[1:] if r and int(r[1]) <= last_step]
-        self.columns = rows[0]
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            csv.writer(f).writerows(kept)
-        os.replace(tmp, self.path)
-
-    def write(self, history: History) -> None:
-        step, loss, lr = history.steps[-1], history.loss[-1], history.lr[-1]
-        metrics = {k: v[-1] for k, v in history.metrics.items()}
-        if self.tb is not None:
-            self.tb.add_scalar("loss", loss, step)
-            self.tb.add_scalar("lr", lr, step)
-            for k, v in metrics.items():
-                self.tb.add_scalar(k, v, step)
-        if self.path is None:
-            return
-        if self.columns is None:
-            self.columns = ["kind", "step", "loss", "lr", *sorted(metrics)]
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("w", newline="") as f:
-                csv.writer(f).writerow(self.columns)
-        row = {"kind": "train", "step": step, "loss": f"{loss:.6g}", "lr": f"{lr:.6g}"}
-        row.update({k: f"{v:.6g}" for k, v in metrics.items()})
-        with self.path.open("a", newline="") as f:
-            csv.writer(f).writerow([row.get(c, "") for c in self.columns])
-
-    def write_evals(self, history: History) -> None:
-        if not history.eval_steps:
-            return
-        if self.tb is not None:
-            for k, values in history.evals.items():
-                self.tb.add_scalar(f"eval/{k}", values[-1], history.eval_steps[-1])
-        if self.path is None:
-            return
-        evals_path = self.path.with_name(self.path.stem + "-evals.csv")
-        names = sorted(history.evals)
-        tmp = evals_path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["step", *names])
-            for j, s in enumerate(history.eval_steps):
-                w.writerow(
-                    [s, *(f"{history.evals[n][j]:.6g}" if j < len(history.evals[n]) else "" for n in names)]
-                )
-        os.replace(tmp, evals_path)
-
-    def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()

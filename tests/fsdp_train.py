@@ -17,7 +17,7 @@ import torch
 
 from course_lib.models.bert import BertConfig, BertForMaskedLM
 from course_lib.recipes.common import init_distributed
-from course_lib.train import _LossModule, shard_batch
+from course_lib.train_parallel import LossModule, shard_batch
 
 torch.set_num_threads(1)
 device, rank, world = init_distributed(torch.device("cpu"))
@@ -40,7 +40,7 @@ def loss_fn(m, batch):
     return m(input_ids=batch["input_ids"], labels=batch["labels"]).loss
 
 
-wrapper = _LossModule(model, model, loss_fn)
+wrapper = LossModule(model, model, loss_fn)
 if world > 1:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard

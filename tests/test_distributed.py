@@ -51,7 +51,7 @@ def test_two_processes_follow_one_process(tmp_path, one_process):
     _run(tmp_path, 2)
     two = _result(tmp_path)
     assert two["world"] == 2 and one_process["world"] == 1
-    assert two["ddp"] == ["_LossModule"] and one_process["ddp"] == []  # torch's DDP, around the loss
+    assert two["ddp"] == ["LossModule"] and one_process["ddp"] == []  # torch's DDP, around the loss
     assert two["loss"] == pytest.approx(one_process["loss"], abs=1e-5)
     for name, p in one_process["params"].items():
         torch.testing.assert_close(two["params"][name], p, atol=1e-5, rtol=1e-4)

@@ -1,6 +1,7 @@
 """The library's layers and which way imports go (parsed with ast, nothing imported).
 
-    0  device, train, checkpoints, claims, hashing   shared utilities
+    0  device, train (+ train_state, train_parallel, train_log), checkpoints, claims, hashing
+                                                 shared utilities
     1  nn/          building blocks             data/   text, tokenizers, ELMo's codec
     2  models/      one file per family, models/hf.py for Hugging Face interop
     3  objectives/  masking, pairs, losses
@@ -24,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1] / "course_lib"
 LAYERS = {
     "device": 0,
     "train": 0,
+    "train_state": 0,
+    "train_parallel": 0,
+    "train_log": 0,
     "checkpoints": 0,
     "claims": 0,
     "hashing": 0,
@@ -109,7 +113,8 @@ def test_imports_go_down_the_layers():
 
 
 # the ML floors: the library proper, which must not reach up into the build tooling
-ML_FLOORS = {"device", "train", "checkpoints", "claims", "hashing", "nn", "data", "models", "objectives"}
+ML_FLOORS = {"device", "train", "train_state", "train_parallel", "train_log", "checkpoints"}
+ML_FLOORS |= {"claims", "hashing", "nn", "data", "models", "objectives"}
 ML_FLOORS |= {"recipes", "analysis", "pretrained", "widgets", "viz", "studies"}
 
 
@@ -284,3 +289,34 @@ def test_the_private_import_check_sees_one(tmp_path, monkeypatch):
     (fake / "pkg" / "a.py").write_text("from .b import _hidden, shown\nfrom ..c import d as _d\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", fake)
     assert _private_imports(fake / "pkg" / "a.py") == [(1, "course_lib.pkg.b", "_hidden")]
+
+
+TESTS = Path(__file__).resolve().parent
+FIXTURE_DIRS = {"grading_fixtures"}  # shared fixtures, not tests of a package
+
+
+def test_the_tests_mirror_the_package_tree():
+    """tests/<package>/ holds the tests of course_lib/<package>/; the top level, those of the
+    top-level modules (and the fixtures beside conftest.py)."""
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    folders -= FIXTURE_DIRS
+    assert folders <= packages, f"test folders without a course_lib package: {sorted(folders - packages)}"
+    assert all(list(TESTS.joinpath(f).glob("test_*.py")) for f in folders), "an empty test folder"
+    assert not list(TESTS.glob("*/*/test_*.py")), "tests nested deeper than tests/<package>/"
+
+
+# one exception: data/corpus.py, whose bulk is the generated corpus's word lists and templates
+LONG_MODULES_ALLOWED = {"data/corpus.py"}
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_longer_than_800_lines():
+    """A module past 800 lines holds several ideas: split it along its seam."""
+    long = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long[str(path.relative_to(ROOT))] = lines
+    assert set(long) <= LONG_MODULES_ALLOWED, f"modules over {MAX_MODULE_LINES} lines: {long}"
+    assert set(LONG_MODULES_ALLOWED) <= set(long), "allowed but no longer long (remove from the list)"

@@ -40,7 +40,13 @@ def minilm():
 def test_loads_as_a_course_bert(minilm):
     model, tok = minilm
     c = model.config
-    assert (c.n_layers, c.d_model, c.n_heads, c.d_ff, c.vocab_size) == (6, 384, 12, 1536, 30522)
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size) == (
+        6,
+        384,
+        12,
+        1536,
+    )
+    assert c.vocab_size == 30522
     assert model.num_parameters() == 22_713_216
     assert not model.training
     assert tok.token_to_id("[MASK]") == 103

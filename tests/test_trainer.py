@@ -13,10 +13,10 @@ from course_lib.train import (
     RunOptions,
     current_run,
     fit,
-    shard_batch,
     training_run,
     warmup_linear,
 )
+from course_lib.train_parallel import shard_batch
 
 
 def _model(seed: int = 0) -> nn.Module:

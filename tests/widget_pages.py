@@ -1,6 +1,6 @@
 """A tiny Jupyter Book with one page per course widget, built with the course's offline assets.
 
-The browser test (``tests/test_widget_pages.py``) opens these pages from ``file://`` with the
+The browser test (``tests/widgets/test_widget_pages.py``) opens these pages from ``file://`` with the
 network refused and drives the widgets. Building the whole book takes an hour of chapters;
 this book has the same ``_config.yml`` (theme options, vendored MathJax, RequireJS, ipywidgets
 HTML manager and anywidget front end), and pages whose only cell builds a widget from small
@@ -72,8 +72,15 @@ def tiny_bert():
 
     tok = train_wordpiece(generate_documents(40, seed=1), vocab_size=400)
     torch.manual_seed(0)
-    cfg = BertConfig.from_course(
-        vocab_size=tok.get_vocab_size(), d_model=32, n_heads=2, n_layers=2, d_ff=64, max_len=64, dropout=0.0
+    cfg = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     return BertForMaskedLM(cfg).eval(), tok
 
@@ -168,7 +175,7 @@ if __name__ == "__main__":  # python tests/widget_pages.py /tmp/widget-book: bui
 
 
 # ---------------------------------------------------------------------------------------
-# One action per widget, for any page (the chapters' too: tests/test_book.py)
+# One action per widget, for any page (the chapters' too: tests/tools/test_book.py)
 # ---------------------------------------------------------------------------------------
 
 _SET_RANGE = "s => { s.value = s.max; s.dispatchEvent(new Event('input', {bubbles: true})); }"

@@ -56,7 +56,7 @@ the right (``attention_mask``: 1 = real token, 0 = padding).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -176,15 +176,30 @@ def pseudo_log_likelihood(
     scored = att.bool() & ~torch.isin(ids, skip.to(ids.device))
     rows, cols = scored.nonzero(as_tuple=True)  # one masked copy per (sequence, position)
     total = torch.zeros(ids.size(0), device=ids.device)
-    with evaluating(mlm_model):
+    for r, c, log_probs in _masked_copies(mlm_model, ids, att, rows, cols, mask_token_id, chunk_size):
+        total.index_add_(0, r, log_probs[torch.arange(r.numel(), device=ids.device), ids[r, c]])
+    return total.cpu()
+
+
+def _masked_copies(
+    model: nn.Module,
+    ids: Tensor,
+    att: Tensor,
+    rows: Tensor,
+    cols: Tensor,
+    mask_token_id: int,
+    chunk_size: int,
+) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+    """For each ``(row, column)`` pair, a copy of the row with that one token ``[MASK]``, run in
+    batches of ``chunk_size`` copies (eval mode, no gradients): yields ``(rows, columns,
+    [copies, vocab] log-probabilities at the masked position)`` per batch."""
+    with evaluating(model):
         for start in range(0, rows.numel(), chunk_size):
             r, c = rows[start : start + chunk_size], cols[start : start + chunk_size]
             n = torch.arange(r.numel(), device=ids.device)
             x = ids[r].clone()
             x[n, c] = mask_token_id
-            logits = lm_logits(mlm_model, input_ids=x, attention_mask=att[r])[n, c]
-            total.index_add_(0, r, torch.log_softmax(logits, -1)[n, ids[r, c]])
-    return total.cpu()
+            yield r, c, torch.log_softmax(lm_logits(model, input_ids=x, attention_mask=att[r])[n, c], -1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -557,17 +572,8 @@ def cloze_log_probs(
         mask_token_id = vocab_id(model, mask_token_id, "mask_token_id")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-        out = []
-        with evaluating(model):
-            for start in range(0, r.numel(), chunk_size):
-                rr, cc = r[start : start + chunk_size], c[start : start + chunk_size]
-                n = torch.arange(rr.numel(), device=ids.device)
-                x = ids[rr].clone()
-                x[n, cc] = mask_token_id
-                out.append(
-                    torch.log_softmax(lm_logits(model, input_ids=x, attention_mask=att[rr])[n, cc], -1)
-                )
-        return torch.cat(out).cpu()
+        chunks = _masked_copies(model, ids, att, r, c, mask_token_id, chunk_size)
+        return torch.cat([log_probs for _, _, log_probs in chunks]).cpu()
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     if direction == "right_to_left":

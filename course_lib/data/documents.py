@@ -12,9 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .text_files import load_documents
 from .tokenizers import train_byte_bpe, train_wordpiece
 
-__all__ = ["sentence_texts", "train_tokenizer", "tokenize_documents", "segment_documents", "split_documents"]
+__all__ = [
+    "sentence_texts",
+    "train_tokenizer",
+    "tokenize_documents",
+    "segment_documents",
+    "split_documents",
+    "split_corpus",
+]
 
 
 def sentence_texts(doc: Any) -> list[str]:
@@ -94,3 +102,10 @@ def split_documents(documents: Sequence[Any], heldout: Sequence[Any] | float | N
             return documents, []
         return train, held
     return documents, list(heldout)
+
+
+def split_corpus(n_docs: int, seed: int, heldout: float) -> tuple[list, list]:
+    """``(training documents, held-out documents)`` of the course corpus's ``n_docs`` documents
+    of ``seed`` (:func:`~course_lib.data.load_documents`), every k-th one held out
+    (:func:`split_documents`): the text every study starts from."""
+    return split_documents(load_documents(n_docs=n_docs, seed=seed), heldout)

@@ -41,6 +41,7 @@ __all__ = [
     "nsp_pairs",
     "sop_pairs",
     "topic_pairs",
+    "pos_tagging_task",
 ]
 
 
@@ -302,3 +303,17 @@ def topic_pairs(documents, n: int, *, seed: int = 0) -> list[tuple[str, str, int
         out.append((a.text, b.text, int(same)))
     rng.shuffle(out)
     return out
+
+
+def pos_tagging_task(
+    train: tuple[int, int], test: tuple[int, int]
+) -> tuple[list[str], list[tuple[list[str], list[int]]], list[tuple[list[str], list[int]]]]:
+    """Part-of-speech tagging on generated sentences: ``(tagset, training items, test items)``.
+
+    ``train`` and ``test`` are ``(sentences, seed)`` of :func:`~course_lib.data.generate_corpus`;
+    an item is ``(tokens, tag indices)`` into the tagset, the sorted tags of both sets."""
+    tag_train, tag_test = generate_corpus(train[0], seed=train[1]), generate_corpus(test[0], seed=test[1])
+    tagset = sorted({x for sent in tag_train + tag_test for x in sent.pos})
+    items = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_train]
+    evals = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_test]
+    return tagset, items, evals

@@ -128,8 +128,10 @@ a preamble or a check (checks may import ``course_lib.grading``); a tag that loo
 a misspelt role.
 
 The modules: :mod:`.format` (reading and validating), :mod:`.release`, :mod:`.grade`
-(the ``course grade`` batch), :mod:`.checker` (runs the checks), :mod:`.sandbox` and
-:mod:`.sandbox_worker` (the student's process), :mod:`.wire` and ``response.schema.json``
+(the ``course grade`` batch), :mod:`.checker` (runs the checks) and :mod:`.student_calls` (a
+student's function in a check), :mod:`.sandbox` (the worker pool), :mod:`.sandbox_setup` (its
+mode and bubblewrap command), :mod:`.sandbox_worker` (the student's process) and
+:mod:`.sandbox_hardening` (the limits it sets on itself), :mod:`.wire` and ``response.schema.json``
 (what crosses back), :mod:`.compare`, :mod:`.report`, :mod:`.checks` (helpers for check
 cells). The threat model is in ``book/appendix_grading.md``.
 """

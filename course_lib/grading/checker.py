@@ -7,7 +7,7 @@ at a time, as JSON lines on stdin/stdout. For each submission it
 1. starts a :class:`~course_lib.grading.sandbox.Sandbox` and runs in it the instructor's
    preamble cells and the submission's answer cells (nothing else from the submission);
 2. runs each check cell of the solution notebook *here*, in a fresh namespace where the
-   exercise's function names are bound to :class:`StudentFunction` proxies;
+   exercise's function names are bound to :class:`~course_lib.grading.student_calls.StudentFunction` proxies;
 3. a proxy call sends the arguments (plain data) to the sandbox, gets the student's result
    back (plain data, schema-checked), computes the reference answer on the same
    arguments here, and compares the two with the check's tolerances; any difference
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -37,19 +36,16 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .compare import compare_values
 from .format import Assignment, Check, load_assignment
 from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_subreaper
-from .sandbox_worker import apply_aliases, decode
-from .wire import ProtocolError, describe, encode_for_sandbox, to_python
+from .student_calls import CheckFailure, Lost, StudentFunction, clip
+from .wire import ProtocolError, encode_for_sandbox, to_python
 
 __all__ = [
     "ANSWER_CELL_TIMEOUT",
-    "CheckFailure",
     "GraderFailure",
     "PREFLIGHT_ANSWER",
     "preflight",
-    "StudentFunction",
     "Reference",
     "grade_answers",
     "seeds_for",
@@ -59,7 +55,6 @@ __all__ = [
 MAX_SANDBOX_STARTS = 25  # student processes per submission (a crash costs a fork from the zygote)
 MAX_TIMEOUTS_PER_EXERCISE = 2  # after this many timeouts an exercise's remaining checks are not run
 START_TIMEOUT = 120.0
-MESSAGE_LIMIT = 2000
 # Seconds each answer cell (and each cell a student added inside an exercise) may run when the
 # grader runs it. At the limit the cell is interrupted (KeyboardInterrupt, as Jupyter's stop
 # button): what it defined before that point is kept, the rest of the cell is not run.
@@ -94,24 +89,9 @@ class _alarm_at:
         return False
 
 
-class CheckFailure(BaseException):
-    """A check failed because of the student's code (BaseException: no ``except Exception`` swallows it)."""
-
-
 class GraderFailure(RuntimeError):
     """The grader could not grade this submission (not the student's doing): the sandbox did
     not start, or the instructor's preamble failed in it. The submission gets an error row."""
-
-
-class _Lost(BaseException):
-    def __init__(self, lost: SandboxLost):
-        super().__init__(lost.reason)
-        self.lost = lost
-
-
-def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more characters]"
 
 
 class Reference:
@@ -235,13 +215,13 @@ class _Run:
         the zygote when the last one crashed or hung, start a new sandbox when needed."""
         while self.sandbox is None or not self.sandbox.child_alive:
             if self.starts >= MAX_SANDBOX_STARTS:
-                raise _Lost(
+                raise Lost(
                     SandboxLost(
                         "start", f"not run: the student process was restarted {MAX_SANDBOX_STARTS} times"
                     )
                 )
             if time.monotonic() >= self.deadline:
-                raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
+                raise Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
             self.starts += 1
             self.spawned_for = self.current_check
             deadline = min(time.monotonic() + START_TIMEOUT, self.deadline)
@@ -258,11 +238,11 @@ class _Run:
             except SandboxLost as exc:
                 self.drop_sandbox()
                 if exc.kind == "timeout" and deadline >= self.deadline:
-                    raise _Lost(
+                    raise Lost(
                         SandboxLost("timeout", "not run: the submission's time limit was reached")
                     ) from None
                 if not fresh:  # a fork from the zygote failed: what the last student process left behind
-                    raise _Lost(exc) from None
+                    raise Lost(exc) from None
                 raise GraderFailure(exc.reason) from None
             for w in box.warnings:
                 if w not in self.warnings:
@@ -275,7 +255,7 @@ class _Run:
                     if not out.ok:
                         self.drop_sandbox()
                         if self.preamble_ran:  # it ran before: what changed is the student's doing
-                            raise _Lost(
+                            raise Lost(
                                 SandboxLost(
                                     "exit",
                                     f"the student process was broken before your code ran ({out.error['type']})",
@@ -287,7 +267,7 @@ class _Run:
             except SandboxLost as exc:  # the preamble itself timed out or crashed
                 self.drop_sandbox()
                 if self.preamble_ran:  # e.g. a process left behind by the student's code ate the time
-                    raise _Lost(
+                    raise Lost(
                         SandboxLost(exc.kind, f"the student process did not get ready ({exc.reason})")
                     ) from None
                 raise GraderFailure(
@@ -324,10 +304,10 @@ class _Run:
                         state.status = (
                             "ok"
                             if out.ok
-                            else f"raised {out.error['type']}: {_clip(out.error['message'], 500)}"
+                            else f"raised {out.error['type']}: {clip(out.error['message'], 500)}"
                         )
                     if not out.ok and not out.interrupted and out.error.get("traceback"):
-                        state.output += ("\n" if state.output else "") + _clip(out.error["traceback"], 4000)
+                        state.output += ("\n" if state.output else "") + clip(out.error["traceback"], 4000)
 
     def _answer_deadline(self) -> float:
         return min(time.monotonic() + self.answer_timeout, self.deadline)
@@ -351,331 +331,10 @@ class _Run:
         return "; ".join(notes)
 
 
-class StudentFunction:
-    """Stands for a student's function inside a check: call -> sandbox, compare with the reference."""
-
-    def __init__(self, run: _Run, check: Check, name: str, reference, deadline: list[float]):
-        self._run, self._check, self._name, self._reference, self._deadline = (
-            run,
-            check,
-            name,
-            reference,
-            deadline,
-        )
-        self.__name__ = name
-
-    def _describe_call(self, args, kwargs) -> str:
-        try:
-            bound = inspect.signature(self._reference).bind(*args, **kwargs)
-            parts = [
-                f"{k}={describe(v) if not self._show(v) else repr(v)}" for k, v in bound.arguments.items()
-            ]
-        except (TypeError, ValueError):
-            parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in kwargs.items()]
-        return f"{self._name}({', '.join(parts)})"
-
-    def _show(self, v) -> bool:
-        """Scalars of visible checks are shown; of hidden checks only their type."""
-        return not self._check.hidden and (v is None or isinstance(v, (bool, int, float, str)))
-
-    def __call__(self, *args, **kwargs):
-        run, check = self._run, self._check
-        enc_args = [encode_for_sandbox(a) for a in args]
-        enc_kwargs = [[k, encode_for_sandbox(v)] for k, v in kwargs.items()]
-        ref_exc = ref_value = None
-        aliases = _aliases(args, kwargs)
-        ref_args, ref_kwargs = [decode(a) for a in enc_args], {k: decode(v) for k, v in enc_kwargs}
-        apply_aliases(ref_args, ref_kwargs, aliases)
-        try:
-            ref_value = self._reference(*ref_args, **ref_kwargs)
-        except Exception as exc:
-            ref_exc = exc
-        call = self._describe_call(args, kwargs)
-        for attempt in range(2):
-            run.ensure_sandbox()
-            try:
-                req = {"op": "call", "name": self._name, "args": enc_args, "kwargs": enc_kwargs}
-                if aliases:
-                    req["aliases"] = aliases
-                outcome = run.sandbox.request(req, self._deadline[0])
-                break
-            except SandboxLost as exc:  # the student process is gone; the next check forks a new one
-                out, dropped = run.sandbox.take_output() if run.sandbox else ("", 0)
-                run.call_output.append(out)
-                run.dropped += dropped
-                if exc.kind == "exit" and exc.before_request:
-                    # it ended after its last answer, before it read this call
-                    if (
-                        run.answered_in_check
-                    ):  # ... between two calls of this check: it was serving this check
-                        raise CheckFailure(
-                            f"{call}: the process running your code ended after answering the previous call ({exc.reason})"
-                        ) from None
-                    if (
-                        attempt == 0
-                    ):  # ... after the previous check was done: a fresh process answers this call
-                        continue
-                if exc.kind == "exit" and attempt == 0 and run.spawned_for != check.id:
-                    # it ended while answering, in a process started for an earlier check (whose calls
-                    # may have left something behind that ended it): a fresh process answers this call
-                    continue
-                self._lost(exc, call)
-        run.answered_in_check = True
-        run.call_output.append(outcome.output)
-        run.dropped += outcome.output_dropped
-        if outcome.mutated:
-            _apply_mutations(args, kwargs, outcome.mutated, call, ref_args, ref_kwargs, hidden=check.hidden)
-        if not outcome.ok:
-            err = outcome.error
-            if ref_exc is not None and check.compare and type(ref_exc).__name__ in err["mro"]:
-                raise ref_exc
-            if err["type"] == "NameError" and err["message"] == f"your answer does not define {self._name!r}":
-                note = run.answer_note(check.exercise)
-                raise CheckFailure(
-                    f"your answer does not define {self._name}" + (f" ({note})" if note else "")
-                )
-            if err["type"] == "NotImplementedError" and _is_stub_message(err["message"], self._name):
-                raise CheckFailure(f"{self._name} is not implemented yet (it raised NotImplementedError)")
-            if err["type"] == "ForbiddenCall":
-                raise CheckFailure(f"{call}: {_clip(err['message'], 300)}")
-            detail = _clip(err["message"], 500)
-            tb = err.get("traceback") or ""
-            if 'File "' in tb:  # the student's frames: where it went wrong
-                run.call_output.append(_clip(tb, 4000))
-            if ref_exc is not None:
-                raise CheckFailure(
-                    f"{call} raised {err['type']}: {detail} (it should raise {type(ref_exc).__name__})"
-                )
-            if not check.compare:
-                for name in err["mro"]:
-                    cls = getattr(builtins, name, None)
-                    if isinstance(cls, type) and issubclass(cls, Exception):
-                        exc = cls(f"{call} raised {err['type']}: {detail}")
-                        exc.__course_raised_by_student__ = True  # uncaught, the check reports it as raised
-                        raise exc
-            raise CheckFailure(f"{call} raised {err['type']}: {detail}")
-        try:
-            value = to_python(outcome.value)
-        except (ProtocolError, ValueError, TypeError) as exc:
-            raise CheckFailure(f"{call} returned data the grader cannot read ({exc})") from None
-        if check.compare:
-            if ref_exc is not None:
-                raise CheckFailure(
-                    f"{call} returned {describe(value)}, but should raise {type(ref_exc).__name__}"
-                )
-            msg = compare_values(
-                ref_value,
-                value,
-                rtol=check.rtol,
-                atol=check.atol,
-                hidden=check.hidden,
-                exact_dtype=check.exact_dtype,
-            )
-            if msg:
-                raise CheckFailure(f"{call}: {msg}")
-            if ref_exc is None:
-                fresh = run.reference.fresh_inputs().get(check.id)
-                if fresh is not None and fresh[0]:
-                    from .expected import call_key
-
-                    if call_key(enc_args, enc_kwargs) not in fresh[1] and _informative(ref_value):
-                        # a constant fallback matches only calls that share one value: it takes
-                        # two different results on drawn inputs to show a working function
-                        seen = run.matched.setdefault(check.exercise, set())
-                        seen.add(_digest(ref_value))
-                        if len(seen) >= 2:
-                            run.working.add(check.exercise)
-        return value
-
-    def _lost(self, exc: SandboxLost, call: str):
-        run, check = self._run, self._check
-        if exc.kind == "timeout":
-            if check.points > 0:  # a 0-point check (for learning) never uses up the exercise's timeouts
-                run.timeouts[check.exercise] = run.timeouts.get(check.exercise, 0) + 1
-            if self._deadline[0] >= run.deadline:
-                raise CheckFailure(
-                    f"{call} did not finish before the submission's time limit was reached"
-                ) from None
-            raise CheckFailure(
-                f"{call} did not finish within the time limit ({self._limit_text()})"
-            ) from None
-        raise CheckFailure(f"{call}: {exc.reason}") from None
-
-    def _limit_text(self) -> str:
-        return f"{self._check.timeout:g} s per check"
-
-
-def _leaves(value):
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
-
-
-def _informative(value) -> bool:
-    """Whether a reference result says something about the inputs: not empty, not None, not
-    all one value (zeros, a single 0 or False); what a constant fallback could return."""
-    import torch
-
-    numbers, other = [], False
-    for leaf in _leaves(value):
-        if isinstance(leaf, torch.Tensor):
-            flat = leaf.detach().reshape(-1)
-            if flat.numel() > 1 and bool((flat != flat[0]).any()):
-                return True
-            if flat.numel() >= 1:
-                numbers.append(float(flat[0]))
-        elif isinstance(leaf, (bool, int, float)):
-            numbers.append(float(leaf))
-        elif isinstance(leaf, str) and leaf:
-            other = True
-    if other or len(set(numbers)) > 1:
-        return True
-    return len(numbers) == 1 and numbers[0] != 0.0
-
-
-def _digest(value) -> str:
-    """A short fingerprint of a reference result (two results with the same one are the same)."""
-    import torch
-
-    h = hashlib.sha256()
-    for leaf in _leaves(value):
-        if isinstance(leaf, torch.Tensor):
-            t = leaf.detach().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
-        else:
-            h.update(repr(leaf).encode())
-        h.update(b"|")
-    return h.hexdigest()[:16]
-
-
-def _mutate_in_place(orig, new) -> None:
-    """Make the check's own argument ``orig`` equal ``new`` (how the student's call left its
-    copy), keeping the object: the check sees the change as it would in the notebook."""
-    import torch
-
-    if isinstance(orig, torch.Tensor):
-        if isinstance(new, torch.Tensor) and new.dtype == orig.dtype:
-            with torch.no_grad():
-                if new.shape == orig.shape:
-                    orig.copy_(new)
-                else:
-                    orig.set_(new.clone())
-            if (
-                orig.is_leaf and orig.requires_grad != new.requires_grad
-            ):  # e.g. requires_grad_(False) on an argument
-                orig.requires_grad_(new.requires_grad)
-    elif isinstance(orig, list) and isinstance(new, (list, tuple)):
-        for i in range(min(len(orig), len(new))):
-            if isinstance(orig[i], (torch.Tensor, list, dict, tuple)) and type(orig[i]) is type(new[i]):
-                _mutate_in_place(orig[i], new[i])
-            else:
-                orig[i] = new[i]
-        del orig[len(new) :]
-        orig.extend(new[len(orig) :])
-    elif isinstance(orig, tuple) and isinstance(new, (list, tuple)) and len(orig) == len(new):
-        for o, n in zip(orig, new):
-            _mutate_in_place(o, n)
-    elif isinstance(orig, dict) and isinstance(new, dict):
-        for k in list(orig):
-            if k not in new:
-                del orig[k]
-        for k, v in new.items():
-            if (
-                k in orig
-                and isinstance(orig[k], (torch.Tensor, list, dict, tuple))
-                and type(orig[k]) is type(v)
-            ):
-                _mutate_in_place(orig[k], v)
-            else:
-                orig[k] = v
-
-
-_STUB_MESSAGE = re.compile(r"exercise .*: write (\w+)\(\) here \(see the instructions above\)", re.S)
-
-
-def _is_stub_message(message: str, name: str) -> bool:
-    """Whether a NotImplementedError is the released stub's (or a bare one): then the answer
-    is "not implemented yet"; any other message (torch's, the student's own) is shown."""
-    message = (message or "").strip()
-    m = _STUB_MESSAGE.fullmatch(message)
-    return not message or (m is not None and m.group(1) == name)
-
-
-def _aliases(args, kwargs) -> list:
-    """``[[first, again], ...]``: arguments that are one object (a tensor, list or dict passed
-    twice), by index or keyword, so that they stay one object in the sandbox and for the
-    reference, as in the notebook."""
-    import torch
-
-    seen: dict[int, object] = {}
-    out = []
-    for key, value in [*enumerate(args), *kwargs.items()]:
-        if isinstance(value, (torch.Tensor, list, dict)):
-            if id(value) in seen:
-                out.append([seen[id(value)], key])
-            else:
-                seen[id(value)] = key
-    return out
-
-
-def _structure(value):
-    """What an in-place change may not alter: types, tensor shapes and dtypes, lengths, keys."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_structure(v) for v in value))
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _structure(v)) for k, v in value.items()))
-    return type(value).__name__
-
-
-def _apply_mutations(
-    args, kwargs, mutated, call: str, ref_args=None, ref_kwargs=None, *, hidden: bool = False
-) -> None:
-    """Apply the student's in-place changes to the check's own arguments. A change of shape,
-    dtype, length or type that the reference answer did not make to its copy fails the check:
-    the check's own code must never work on inputs the student's code chose."""
-    for key, encoded in mutated:
-        try:
-            new = to_python(encoded)
-        except (ProtocolError, ValueError, TypeError) as exc:
-            raise CheckFailure(
-                f"{call} changed an argument into data the grader cannot read ({exc})"
-            ) from None
-        if isinstance(key, int) and 0 <= key < len(args):
-            orig, ref, name = (
-                args[key],
-                (ref_args[key] if ref_args is not None and key < len(ref_args) else None),
-                f"argument {key + 1}",
-            )
-        elif isinstance(key, str) and key in kwargs:
-            orig, ref, name = kwargs[key], (ref_kwargs or {}).get(key), f"argument {key!r}"
-        else:
-            continue
-        if (
-            ref_args is not None
-            and _structure(new) != _structure(orig)
-            and _structure(new) != _structure(ref)
-        ):
-            what = "" if hidden else f" (from {describe(orig)} to {describe(new)})"
-            raise CheckFailure(
-                f"{call} changed the shape, dtype, length or type of its {name} in place{what}; "
-                "a function must not change its arguments this way (return a new value instead)"
-            )
-        _mutate_in_place(orig, new)
-
-
 def _assert_message(exc: AssertionError, check: Check) -> str:
     msg = str(exc).strip()
     if check.hidden:
-        return "a hidden check failed" + (f": {_clip(msg, 500)}" if msg else "")
+        return "a hidden check failed" + (f": {clip(msg, 500)}" if msg else "")
     line = ""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
         if frame.filename == f"<check {check.id}>":
@@ -684,7 +343,7 @@ def _assert_message(exc: AssertionError, check: Check) -> str:
                 line = lines[frame.lineno - 1].strip()
             break
     text = "assertion failed" + (f": {line}" if line else "")
-    return text + (f" ({_clip(msg, 500)})" if msg else "")
+    return text + (f" ({clip(msg, 500)})" if msg else "")
 
 
 class _CheckOutOfTime(BaseException):
@@ -770,7 +429,7 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
     passed, message = False, ""
     try:
         if time.monotonic() >= run.deadline:
-            raise _Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
+            raise Lost(SandboxLost("timeout", "not run: the submission's time limit was reached"))
         if run.timeouts.get(check.exercise, 0) >= MAX_TIMEOUTS_PER_EXERCISE:
             raise CheckFailure(
                 f"not run: your code for this exercise ran out of time in {MAX_TIMEOUTS_PER_EXERCISE} checks (see the checks above)"
@@ -795,7 +454,7 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         )
     except CheckFailure as exc:
         message = str(exc)
-    except _Lost as exc:
+    except Lost as exc:
         message = exc.lost.reason
     except AssertionError as exc:
         message = _assert_message(exc, check)
@@ -807,14 +466,14 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         if isinstance(exc, RuntimeError) and _ALLOC_FAILED.search(str(exc)):
             message = _out_of_memory(run)
         elif getattr(exc, "__course_raised_by_student__", False):  # the student's function raised: say so
-            message = _clip(str(exc), 1000)
+            message = clip(str(exc), 1000)
         elif check.hidden:  # its message would describe the check's own computation (sizes, values)
             message = (
                 f"the hidden check stopped with {type(exc).__name__} while using what your code returned "
                 "(its details are not shown: compare the shapes, dtypes and types your function returns with the instructions)"
             )
         else:
-            message = f"the check stopped with {type(exc).__name__}: {_clip(str(exc), 500)}"
+            message = f"the check stopped with {type(exc).__name__}: {clip(str(exc), 500)}"
     output, dropped = "".join(run.call_output), run.dropped
     if check.hidden and (output or dropped):
         # what the student's code printed while a hidden check called it could be the check's
@@ -836,7 +495,7 @@ def _run_check(run: _Run, check: Check, seed: int, check_timeout: float | None) 
         "points": check.points if passed else 0,
         "max_points": check.points,
         "passed": passed,
-        "message": _clip(message),
+        "message": clip(message),
         "output": output,
     }
 
@@ -964,7 +623,7 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
     works, else why not -- then the batch grades nothing instead of giving every student 0."""
     import torch
 
-    from .sandbox import is_root, needed_dirs, python_paths, unreadable_for_others
+    from .sandbox_setup import is_root, needed_dirs, python_paths, unreadable_for_others
 
     box = Sandbox(mode, limits, ())
     deadline = time.monotonic() + timeout
@@ -973,7 +632,7 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
         box.start(deadline)
         out = box.request({"op": "exec", "key": "preflight", "source": PREFLIGHT_ANSWER}, deadline)
         if not out.ok:
-            problem = f"a known-good answer cell failed in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
+            problem = f"a known-good answer cell failed in it ({out.error['type']}: {clip(out.error['message'], 300)})"
         else:
             arg = [1.0, 2.0, 3.0]
             out = box.request(
@@ -982,7 +641,7 @@ def preflight(mode: str, limits: SandboxLimits, timeout: float = START_TIMEOUT) 
             )
             expected = torch.softmax(torch.tensor(arg, dtype=torch.float64), dim=-1) * math.e
             if not out.ok:
-                problem = f"a known-good function raised in it ({out.error['type']}: {_clip(out.error['message'], 300)})"
+                problem = f"a known-good function raised in it ({out.error['type']}: {clip(out.error['message'], 300)})"
             else:
                 value = to_python(out.value)
                 if not (

@@ -17,7 +17,7 @@ it twice with different global seeds and refuses it when the calls or results di
 must be the same numbers on every CPU: ``torch.randn`` and the other normal samplers have
 vectorised kernels that draw other floats under other instruction sets, so the release
 refuses them (``torch.randint``, ``torch.rand`` and written values are exact everywhere;
-``tests/test_grading_visible.py`` records the checks under ``ATEN_CPU_CAPABILITY=default``
+``tests/grading/test_grading_visible.py`` records the checks under ``ATEN_CPU_CAPABILITY=default``
 and compares). The record
 only covers the visible checks' fixed inputs; hidden checks draw fresh inputs in the
 grader and are never shipped.

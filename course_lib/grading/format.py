@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "read_notebook",
     "ROLE_TAGS",
     "EXERCISE_TAG",
     "ANSWER_TAG",
@@ -457,12 +458,17 @@ def parse_assignment(nb: dict, path: Path | str, *, raw: bytes | None = None) ->
     )
 
 
+def read_notebook(path: Path | str) -> tuple[dict, bytes]:
+    """``(notebook, its bytes)`` of the file ``path``; not JSON: a :class:`FormatError`."""
+    raw = Path(path).read_bytes()
+    try:
+        return json.loads(raw), raw
+    except ValueError as exc:
+        raise FormatError(str(path), [f"not valid JSON: {exc}"]) from None
+
+
 def load_assignment(path: Path | str) -> Assignment:
     """Read ``path`` (a solution notebook) and validate it; raises :class:`FormatError`."""
     path = Path(path)
-    raw = path.read_bytes()
-    try:
-        nb = json.loads(raw)
-    except ValueError as exc:
-        raise FormatError(str(path), [f"not valid JSON: {exc}"]) from None
+    nb, raw = read_notebook(path)
     return parse_assignment(nb, path, raw=raw)

@@ -38,7 +38,8 @@ from .report import (
     write_grades_csv,
     write_report,
 )
-from .sandbox import SandboxLimits, choose_mode
+from .sandbox import SandboxLimits
+from .sandbox_setup import choose_mode
 
 __all__ = [
     "GradeError",

@@ -30,6 +30,7 @@ from .format import (
     FormatError,
     cell_source,
     parse_assignment,
+    read_notebook,
 )
 
 __all__ = ["make_stub", "release_notebook", "release", "GRADING_NOTE"]
@@ -383,11 +384,7 @@ def _equivalent(current: str, new: str) -> bool:
 def release(solution: Path | str, exercises_dir: Path | str, *, check: bool = False) -> tuple[Path, bool]:
     """Write (or with ``check`` only compare) the exercise notebook; returns ``(path, up_to_date)``."""
     solution = Path(solution)
-    raw = solution.read_bytes()
-    try:
-        nb = json.loads(raw)
-    except ValueError as exc:
-        raise FormatError(str(solution), [f"not valid JSON: {exc}"]) from None
+    nb, _ = read_notebook(solution)
     exercise_nb, _ = release_notebook(nb, solution)
     text = dumps_notebook(exercise_nb)
     target = Path(exercises_dir) / solution.name

@@ -123,14 +123,6 @@ class AlbertConfig(BertConfig):
     def embedding_width(self) -> int:
         return self.embedding_size
 
-    @classmethod
-    def from_course(cls, *, d_model: int, **kwargs):
-        """:meth:`HFConfig.from_course`; ``embedding_size`` defaults to ``min(128, d_model // 4)``
-        (the course's sizes keep ALBERT's factorisation: 32 for the chapter's ``d_model = 128``,
-        ALBERT-base's 128 from ``d_model = 512`` on)."""
-        kwargs.setdefault("embedding_size", max(1, min(128, d_model // 4)))
-        return super().from_course(d_model=d_model, **kwargs)
-
     @property
     def classifier_dropout_rate(self) -> float:
         """ALBERT's classifiers use ``classifier_dropout_prob`` (``classifier_dropout`` overrides it)."""

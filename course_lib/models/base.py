@@ -48,13 +48,14 @@ class TiedLMHeadModel(WithBody, nn.Module):
 
     body_class: type
     base_attr = "transformer"
+    std_field = "initializer_range"  # the config's std of the initialisation (Transformer-XL: init_std)
 
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.transformer = self.body_class(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size)
-        init_weights(self.lm_head, config.initializer_range)
+        init_weights(self.lm_head, getattr(config, self.std_field))
         self.tie_weights()
 
     def tie_weights(self) -> None:

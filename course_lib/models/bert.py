@@ -116,11 +116,9 @@ class BertConfig(HFConfig):
     """Sizes and options of a BERT model. Defaults are BERT-base (uncased).
 
     Field names are Hugging Face's, so ``BertConfig(**hf_config.to_dict())``-style copies
-    work (see :meth:`from_hf`); the course's names are read-only aliases:
-    ``d_model = hidden_size``, ``n_heads = num_attention_heads``, ``n_layers =
-    num_hidden_layers``, ``d_ff = intermediate_size``, ``max_len`` (the longest input),
-    ``pad_id = pad_token_id``. Build one with the course's names through
-    :meth:`from_course` (both from :class:`~course_lib.models.hf.HFConfig`).
+    work (see :meth:`from_hf`); ``max_len`` is the longest input (from
+    :class:`~course_lib.models.hf.HFConfig`). A config of one of the course's sizes:
+    :func:`~course_lib.recipes.bert.bert_config`.
     """
 
     vocab_size: int = 30522  # WordPiece vocabulary (uncased English)
@@ -144,8 +142,8 @@ class BertConfig(HFConfig):
     def __post_init__(self):
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
-                f"hidden_size (d_model)={self.hidden_size} must be divisible by "
-                f"num_attention_heads (n_heads)={self.num_attention_heads}"
+                f"hidden_size={self.hidden_size} must be divisible by "
+                f"num_attention_heads={self.num_attention_heads}"
             )
         sizes = (
             "vocab_size",

@@ -5,9 +5,9 @@ instead reads the whole sentence with a bidirectional language model (biLM) and 
 token a vector that depends on its context.
 
 **Token vectors from characters.** Every word is spelled as at most 50 byte-level character
-ids (see :func:`words_to_char_ids`). A character CNN embeds the characters, convolves them
-with filters of several widths, keeps the maximum of each filter over the word, applies a
-ReLU, then highway layers and a linear projection:
+ids (see :func:`course_lib.data.chars.words_to_char_ids`). A character CNN embeds the
+characters, convolves them with filters of several widths, keeps the maximum of each filter
+over the word, applies a ReLU, then highway layers and a linear projection:
 
 .. math::
 
@@ -94,34 +94,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.chars import (
-    BEGINNING_OF_SENTENCE_CHAR,
-    BEGINNING_OF_WORD_CHAR,
-    BOS_TOKEN,
-    END_OF_SENTENCE_CHAR,
-    END_OF_WORD_CHAR,
-    EOS_TOKEN,
     MAX_CHARS_PER_TOKEN,
     N_CHARACTERS,
-    PADDING_CHAR,
-    char_ids_to_words,
-    word_to_char_ids,
-    words_to_char_ids,
 )
 from ..nn.checks import check_id_ranges
 
 __all__ = [
-    "N_CHARACTERS",
-    "MAX_CHARS_PER_TOKEN",
-    "BEGINNING_OF_SENTENCE_CHAR",
-    "END_OF_SENTENCE_CHAR",
-    "BEGINNING_OF_WORD_CHAR",
-    "END_OF_WORD_CHAR",
-    "PADDING_CHAR",
-    "BOS_TOKEN",
-    "EOS_TOKEN",
-    "word_to_char_ids",
-    "words_to_char_ids",
-    "char_ids_to_words",
     "ElmoConfig",
     "Highway",
     "CharCNN",

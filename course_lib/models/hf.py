@@ -4,10 +4,13 @@ The model files (:mod:`~course_lib.models.bert`, :mod:`~course_lib.models.robert
 :mod:`~course_lib.models.albert`, :mod:`~course_lib.models.xlnet`) hold the
 papers' networks; everything that exists only so that they meet ``transformers`` lives here:
 
-* **configuration**: the config dataclasses use Hugging Face's field names; :class:`HFConfig`
-  adds the course's names as read-only aliases (``d_model = hidden_size``, ...),
-  :meth:`HFConfig.from_course` and :meth:`HFConfig.from_hf` (a ``transformers`` config or a
-  ``config.json`` dict, with the options we do not implement refused);
+* **configuration**: the config dataclasses use Hugging Face's field names and no others;
+  :class:`HFConfig` adds ``max_len`` (the longest input, derived) and :meth:`HFConfig.from_hf`
+  (a ``transformers`` config or a ``config.json`` dict, with the options we do not implement
+  refused);
+  :func:`xlnet_config_from_hf` and :func:`xlnet_config_to_hf` translate XLNet's, whose
+  ``mem_len`` means something else in Hugging Face's code (0 keeps every state there, no
+  state in the course, as in Transformer-XL);
 * **output records** with Hugging Face's field names (``last_hidden_state``,
   ``prediction_logits``, ``logits``, ...), indexable like theirs, and ONE accessor for the
   masked-LM logits of any masked-LM model: ``out.mlm_logits``;
@@ -60,6 +63,8 @@ __all__ = [
     "HEADS_ALBERT_PRETRAINING",
     "XLNetModelOutput",
     "XLNetLMHeadModelOutput",
+    "xlnet_config_from_hf",
+    "xlnet_config_to_hf",
     "xlnet_hf_names",
     "xlnet_state_dict_to_ours",
 ]
@@ -73,9 +78,8 @@ __all__ = [
 class HFConfig:
     """Mixin of the BERT-family config dataclasses (whose fields carry Hugging Face's names).
 
-    The course's names are read-only aliases: ``d_model = hidden_size``, ``n_heads =
-    num_attention_heads``, ``n_layers = num_hidden_layers``, ``d_ff = intermediate_size``,
-    ``max_len`` (the longest input), ``pad_id = pad_token_id``.
+    Adds ``max_len``, the longest input (derived: RoBERTa reserves positions), and
+    :meth:`from_hf`.
     """
 
     # RoBERTa-style position ids (set by RobertaConfig); not a field
@@ -84,61 +88,9 @@ class HFConfig:
     _family: ClassVar[str] = "bert"
 
     @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def n_heads(self) -> int:
-        return self.num_attention_heads
-
-    @property
-    def d_head(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def n_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def d_ff(self) -> int:
-        return self.intermediate_size
-
-    @property
     def max_len(self) -> int:
         """Longest input the model accepts (RoBERTa subtracts its reserved positions)."""
         return self.max_position_embeddings
-
-    @property
-    def pad_id(self) -> int:
-        return self.pad_token_id
-
-    @classmethod
-    def from_course(
-        cls,
-        *,
-        vocab_size: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        max_len: int = 512,
-        pad_id: int = 0,
-        dropout: float = 0.1,
-        **kwargs: Any,
-    ):
-        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
-        return cls(
-            vocab_size=vocab_size,
-            hidden_size=d_model,
-            num_attention_heads=n_heads,
-            num_hidden_layers=n_layers,
-            intermediate_size=4 * d_model if d_ff is None else d_ff,
-            max_position_embeddings=max_len,
-            pad_token_id=pad_id,
-            hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout,
-            **kwargs,
-        )
 
     @classmethod
     def from_hf(cls, hf_config: Any):
@@ -568,6 +520,39 @@ class XLNetLMHeadModelOutput(ModelOutput):
     mems: tuple[Tensor, ...] | None = None
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Any, ...] | None = None
+
+
+def xlnet_config_from_hf(hf_config: Any, names: set[str]) -> dict[str, Any]:
+    """The keyword arguments of the course's ``XLNetConfig`` (fields ``names``) for a
+    ``transformers.XLNetConfig`` (object or ``config.json`` dict).
+
+    Hugging Face's ``mem_len`` of 0 or None keeps every state (its ``cache_mem``): the course's
+    None; the course's 0 (no memory) has no Hugging Face spelling but ``use_mems_* = False``.
+    Raises ``ValueError`` for another model family and for a ``d_head`` other than ``d_model /
+    n_head`` (the options not implemented are refused by the config itself).
+    """
+    d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
+    model_type = d.get("model_type")
+    if model_type is not None and model_type != "xlnet":
+        raise ValueError(f"a {model_type!r} config does not describe an XLNet model")
+    if d.get("d_head") is not None and "d_model" in d and "n_head" in d:
+        if d["d_head"] != d["d_model"] // d["n_head"]:
+            raise ValueError(f"d_head={d['d_head']} must be d_model / n_head = {d['d_model'] // d['n_head']}")
+    nullable = {"mem_len", "reuse_len"}  # None means something for these two
+    kwargs = {k: d[k] for k in names if k in d and (d[k] is not None or k in nullable)}
+    if "mem_len" in kwargs and not kwargs["mem_len"]:
+        kwargs["mem_len"] = None  # 0 keeps everything in Hugging Face's XLNet
+    return kwargs
+
+
+def xlnet_config_to_hf(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The course's XLNet config (``to_dict()``) as ``transformers.XLNetConfig`` keyword
+    arguments: ``mem_len=0`` (no memory) becomes ``mem_len=None`` with ``use_mems_eval`` and
+    ``use_mems_train`` False (Hugging Face's 0 would keep every state); None stays None."""
+    out = dict(values)
+    if out.get("mem_len") == 0:
+        out.update(mem_len=None, use_mems_eval=False, use_mems_train=False)
+    return out
 
 
 # one layer: our name -> Hugging Face's, inside the layer

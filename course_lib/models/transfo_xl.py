@@ -61,7 +61,7 @@ enters it as its additive score ``bias``.
     \mathrm{FFN}(x) = W_2\, \mathrm{Dropout}(\mathrm{ReLU}(W_1 x + b_1)) + b_2
 
 **Model.** :math:`h^0 = \mathrm{Dropout}(\sqrt{d_{model}}\, e(x))` (the word embedding scaled as
-in the authors' code), ``n_layers`` layers, dropout on the output; the dropout of the relative
+in the authors' code), ``n_layer`` layers, dropout on the output; the dropout of the relative
 encodings is shared by the layers. The language-model head is a plain softmax over the
 vocabulary with the word embeddings as its matrix (tied) and a bias:
 :math:`p(x_{t+1} = x \mid \cdot) \propto \exp(e(x)^\top h^N_t + b_x)`.
@@ -87,7 +87,7 @@ Paper / authors' code / Hugging Face vs ours:
 * Plain tied softmax over the whole vocabulary; the paper's word-level models use an adaptive
   softmax (``cutoffs``) and adaptive input embeddings (``div_val``), which are not
   implemented.
-* ``d_head`` must be ``d_model / n_heads`` (the heads split ``d_model``, as in
+* ``d_head`` must be ``d_model / n_head`` (the heads split ``d_model``, as in
   :class:`~course_lib.nn.attention.MultiHeadAttention`); the paper's WikiText-103 models
   satisfy it (410 = 10 x 41, 1024 = 16 x 64), the authors' code does not require it.
 * The relative encodings list the distances ``k_len .. -q_len + 1`` (as XLNet's, from
@@ -100,11 +100,16 @@ Paper / authors' code / Hugging Face vs ours:
   evaluation option), ``ext_len``, pre-LN (``pre_lnorm``), padding masks (the model reads
   continuous text), ``head_mask``, ``inputs_embeds``. There is no ``from_hf``: the installed
   ``transformers`` (5.x) no longer ships Transformer-XL.
+* :class:`TransfoXLConfig` has Hugging Face's field names (``n_head``, ``n_layer``,
+  ``d_inner``, ``layer_norm_epsilon``, ``init_std``, ...) and none of its options for the
+  parts not implemented (``cutoffs``, ``div_val``, ``d_embed``, ``pre_lnorm``,
+  ``same_length``, ``init``, ``init_range``, ``proj_init_std``); weights are drawn from
+  N(0, ``init_std``) as with Hugging Face's ``init="normal"``, LayerNorms start at one.
 * ``untie_r=True`` (the default, as in Hugging Face's config) gives every layer its own
   :math:`u, v`; ``untie_r=False`` shares one pair across the layers (the authors' code's
   default).
 * The defaults are the paper's WikiText-103 base sizes (16 layers, ``d_model=410``, 10 heads
-  of 41, ``d_ff=2100``, ``mem_len=150``, vocabulary 267,735). With the plain tied softmax,
+  of 41, ``d_inner=2100``, ``mem_len=150``, vocabulary 267,735). With the plain tied softmax,
   :class:`TransfoXLLMHeadModel` of that size has 151,118,605 parameters (the embedding matrix
   109,771,350 of them, the output bias 267,735), :class:`TransfoXLModel` 150,850,870; the
   paper's table gives 151M for its base model.
@@ -153,42 +158,41 @@ __all__ = [
 
 @dataclass
 class TransfoXLConfig:
-    """Sizes and options of a Transformer-XL; the course's field names.
+    """Sizes and options of a Transformer-XL; field names are Hugging Face's (``TransfoXLConfig``).
 
     Defaults are the paper's WikiText-103 base model (with a plain softmax, see the module
-    docstring). ``d_head`` defaults to ``d_model / n_heads`` and must equal it. Hugging Face's
-    names are read-only aliases: ``n_head``, ``n_layer``, ``d_inner``, ``hidden_size``,
-    ``num_attention_heads``, ``num_hidden_layers``.
+    docstring). ``d_head`` defaults to ``d_model / n_head`` and must equal it. ``ff_activation``
+    (Hugging Face's Transformer-XL is always ReLU) is XLNet's name for the same option.
     """
 
     vocab_size: int = 267735  # WikiText-103's word vocabulary
     d_model: int = 410  # width of every layer (and of the word embeddings)
-    n_heads: int = 10
-    d_head: int | None = None  # None: d_model / n_heads (41); any other value is refused
-    n_layers: int = 16
-    d_ff: int = 2100  # inner width of the feed-forward network
+    n_head: int = 10
+    d_head: int | None = None  # None: d_model / n_head (41); any other value is refused
+    n_layer: int = 16
+    d_inner: int = 2100  # inner width of the feed-forward network
     mem_len: int = 150  # states kept per layer for the next segment (0: no memory)
     clamp_len: int = -1  # > 0: relative distances clipped to clamp_len
     dropout: float = 0.1  # on the embeddings, relative encodings, sub-layer outputs, output
     dropatt: float = 0.0  # on the attention weights
     ff_activation: str = "relu"
-    layer_norm_eps: float = 1e-5
-    initializer_range: float = 0.02  # std of the normal initialisation
+    layer_norm_epsilon: float = 1e-5
+    init_std: float = 0.02  # std of the normal initialisation
     untie_r: bool = True  # u, v per layer (False: one pair shared by all layers)
     tie_word_embeddings: bool = True  # the LM head's matrix is the word embedding matrix
     pad_token_id: int | None = None  # the model needs none (continuous text); kept for tokenizers
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff"):
+        for name in ("vocab_size", "d_model", "n_head", "n_layer", "d_inner"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.d_model % self.n_head != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_head={self.n_head}")
         if self.d_head is None:
-            self.d_head = self.d_model // self.n_heads
-        if self.d_head * self.n_heads != self.d_model:
+            self.d_head = self.d_model // self.n_head
+        if self.d_head * self.n_head != self.d_model:
             raise ValueError(
-                f"d_head={self.d_head} must be d_model / n_heads = {self.d_model // self.n_heads}: "
+                f"d_head={self.d_head} must be d_model / n_head = {self.d_model // self.n_head}: "
                 "course_lib's Transformer-XL splits d_model into its heads"
             )
         if self.d_model % 2 != 0:
@@ -198,40 +202,15 @@ class TransfoXLConfig:
         for name in ("dropout", "dropatt"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.layer_norm_eps <= 0:
-            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
-        if self.initializer_range < 0:
-            raise ValueError(f"initializer_range must be >= 0, got {self.initializer_range}")
+        if self.layer_norm_epsilon <= 0:
+            raise ValueError(f"layer_norm_epsilon must be positive, got {self.layer_norm_epsilon}")
+        if self.init_std < 0:
+            raise ValueError(f"init_std must be >= 0, got {self.init_std}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"pad_token_id={self.pad_token_id} must be None or lie in [0, vocab_size={self.vocab_size})"
             )
         get_activation(self.ff_activation)
-
-    # Hugging Face's names, read-only
-    @property
-    def n_head(self) -> int:
-        return self.n_heads
-
-    @property
-    def n_layer(self) -> int:
-        return self.n_layers
-
-    @property
-    def d_inner(self) -> int:
-        return self.d_ff
-
-    @property
-    def hidden_size(self) -> int:
-        return self.d_model
-
-    @property
-    def num_attention_heads(self) -> int:
-        return self.n_heads
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return self.n_layers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -334,10 +313,10 @@ class TransfoXLLayer(nn.Module):
     def __init__(self, config: TransfoXLConfig):
         super().__init__()
         c = config
-        self.attention = TransfoXLRelativeAttention(c.d_model, c.n_heads, dropout=c.dropatt)
-        self.attention_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
-        self.ffn = FeedForward(c.d_model, c.d_ff, dropout=c.dropout, activation=c.ff_activation)
-        self.ffn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.attention = TransfoXLRelativeAttention(c.d_model, c.n_head, dropout=c.dropatt)
+        self.attention_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_epsilon)
+        self.ffn = FeedForward(c.d_model, c.d_inner, dropout=c.dropout, activation=c.ff_activation)
+        self.ffn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_epsilon)
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(
@@ -388,14 +367,14 @@ class TransfoXLModel(CountsParameters, nn.Module):
         c = config
         self.config = c
         self.word_embedding = nn.Embedding(c.vocab_size, c.d_model)
-        self.layers = nn.ModuleList(TransfoXLLayer(c) for _ in range(c.n_layers))
+        self.layers = nn.ModuleList(TransfoXLLayer(c) for _ in range(c.n_layer))
         self.dropout = nn.Dropout(c.dropout)
         if not c.untie_r:  # one u and one v for the whole model
             first = self.layers[0].attention
             for layer in self.layers[1:]:
                 layer.attention.r_w_bias = first.r_w_bias
                 layer.attention.r_r_bias = first.r_r_bias
-        _init_transfo_xl_weights(self, c.initializer_range)
+        _init_transfo_xl_weights(self, c.init_std)
 
     @property
     def device(self) -> torch.device:
@@ -426,7 +405,7 @@ class TransfoXLModel(CountsParameters, nn.Module):
             raise ValueError(f"mem_len must be None (config.mem_len) or >= 0, got {mem_len}")
         keep = c.mem_len if mem_len is None else mem_len
         b, q_len = input_ids.shape
-        mems = check_mems(mems, c.n_layers, b, c.d_model)
+        mems = check_mems(mems, c.n_layer, b, c.d_model)
         m_len = 0 if mems is None else mems[0].size(1)
 
         pos_emb = self.dropout(self.relative_encoding(q_len, m_len + q_len))
@@ -468,6 +447,7 @@ class TransfoXLLMHeadModel(TiedLMHeadModel):
 
     config_class = TransfoXLConfig
     body_class = TransfoXLModel
+    std_field = "init_std"
 
     def forward(
         self,

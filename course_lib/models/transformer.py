@@ -21,19 +21,17 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
-from ..nn.feedforward import ACTIVATIONS, FeedForward, get_activation
+from ..nn.feedforward import FeedForward, get_activation
 from ..nn.parameters import count_parameters
 from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 __all__ = [
     "TransformerConfig",
-    "FeedForward",
     "EncoderLayer",
     "DecoderLayer",
     "Encoder",
     "Decoder",
     "Transformer",
-    "ACTIVATIONS",
     "copy_mha_from_torch",
     "copy_from_torch_transformer",
 ]

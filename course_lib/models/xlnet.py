@@ -96,11 +96,12 @@ the previous segment's content states: layer :math:`m` attends over
 
     \mathrm{mem}^{(m)}_{new} = \mathrm{sg}\big([\mathrm{mem}^{(m)}; h^{(m-1)}]\big)_{[-\mathrm{mem\_len}:]},
 
-the last ``mem_len`` input states of the layer (all of them when ``mem_len`` is None or 0;
+the last ``mem_len`` input states of the layer (all of them when ``mem_len`` is None;
 with ``reuse_len`` only the first ``reuse_len`` tokens of the segment enter it), with the
-gradient stopped (``sg``: detached; :func:`~course_lib.nn.relative.update_memory`). Note that
-``mem_len=0`` keeps *everything* here, as in Hugging Face's XLNet, while Transformer-XL's
-``mem_len=0`` means no memory. Memory is visible to every query of both streams (the
+gradient stopped (``sg``: detached; :func:`~course_lib.nn.relative.update_memory`).
+``mem_len=0`` means no memory, as in Transformer-XL: no ``mems`` are returned. (Hugging
+Face's XLNet keeps *everything* for ``mem_len=0``, as for None; :mod:`course_lib.models.hf`
+translates its configs both ways.) Memory is visible to every query of both streams (the
 previous segment's padding too: its mask is not remembered, as in Hugging Face). The
 returned ``mems`` are a tuple of one ``[mem_len, batch, d_model]`` tensor per layer: Hugging
 Face's (and the original code's) time-first layout, so the memory of either library feeds
@@ -144,7 +145,7 @@ Paper / Hugging Face vs ours:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -169,6 +170,7 @@ from .hf import (
     XLNetModelOutput,
     linear_names,
     load_hf_state_dict,
+    xlnet_config_from_hf,
     xlnet_hf_names,
     xlnet_state_dict_to_ours,
 )
@@ -198,9 +200,11 @@ __all__ = [
 class XLNetConfig:
     """Sizes and options of an XLNet model; field names are Hugging Face's (``XLNetConfig``).
 
-    Defaults are XLNet-base's sizes. The course's names are read-only aliases: ``n_heads =
-    n_head``, ``n_layers = n_layer``, ``d_ff = d_inner``, ``d_head = d_model / n_head`` (and
-    Hugging Face's ``hidden_size``, ``num_attention_heads``, ``num_hidden_layers``).
+    Defaults are XLNet-base's sizes. ``d_head = d_model / n_head`` is read-only (Hugging Face
+    sets it from the same two fields). ``mem_len`` is the course's, the same as
+    Transformer-XL's: the states kept per layer, 0 none (no memory returned) and None all of
+    them. Hugging Face's XLNet keeps all of them for 0 as for None; :mod:`course_lib.models.hf`
+    translates (``xlnet_config_from_hf``, ``xlnet_config_to_hf``).
     """
 
     vocab_size: int = 32000  # SentencePiece vocabulary
@@ -213,7 +217,7 @@ class XLNetConfig:
     initializer_range: float = 0.02  # std of the normal initialisation
     layer_norm_eps: float = 1e-12
     dropout: float = 0.1  # on embeddings, relative encodings, attention weights, sub-layer outputs
-    mem_len: int | None = 512  # states kept as memory per layer (None or 0: all of them)
+    mem_len: int | None = 512  # states kept as memory per layer (0: none, None: all of them)
     reuse_len: int | None = None  # tokens of a segment that enter the memory (None: all)
     use_mems_eval: bool = True  # return mems by default in eval mode
     use_mems_train: bool = False  # ... and in training mode
@@ -244,81 +248,15 @@ class XLNetConfig:
             raise ValueError(f"reuse_len must be None or >= 0, got {self.reuse_len}")
         get_activation(self.ff_activation)
 
-    # the course's names and Hugging Face's attribute_map, read-only
-    @property
-    def n_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def n_layers(self) -> int:
-        return self.n_layer
-
-    @property
-    def d_ff(self) -> int:
-        return self.d_inner
-
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_head
 
-    @property
-    def hidden_size(self) -> int:
-        return self.d_model
-
-    @property
-    def num_attention_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return self.n_layer
-
-    @classmethod
-    def from_course(
-        cls,
-        *,
-        vocab_size: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        dropout: float = 0.1,
-        **kwargs: Any,
-    ) -> XLNetConfig:
-        """Build a config from the course's names (``d_ff`` defaults to ``4 * d_model``)."""
-        return cls(
-            vocab_size=vocab_size,
-            d_model=d_model,
-            n_head=n_heads,
-            n_layer=n_layers,
-            d_inner=4 * d_model if d_ff is None else d_ff,
-            dropout=dropout,
-            **kwargs,
-        )
-
     @classmethod
     def from_hf(cls, hf_config: Any) -> XLNetConfig:
-        """The same configuration as a ``transformers.XLNetConfig`` (object or ``config.json`` dict).
-
-        Raises ``ValueError`` for another model family and for options not implemented here
-        (``attn_type="uni"``, ``bi_data``, an unknown activation).
-        """
-        d = hf_config if isinstance(hf_config, Mapping) else hf_config.to_dict()
-        model_type = d.get("model_type")
-        if model_type is not None and model_type != "xlnet":
-            raise ValueError(f"a {model_type!r} config does not describe an XLNet model")
-        if "d_head" in d and d["d_head"] is not None and "d_model" in d and "n_head" in d:
-            if d["d_head"] != d["d_model"] // d["n_head"]:
-                raise ValueError(
-                    f"d_head={d['d_head']} must be d_model / n_head = {d['d_model'] // d['n_head']}"
-                )
-        nullable = {"mem_len", "reuse_len"}  # None means something for these two
-        kwargs = {
-            f.name: d[f.name]
-            for f in fields(cls)
-            if f.name in d and (d[f.name] is not None or f.name in nullable)
-        }
-        return cls(**kwargs)
+        """The same configuration as a ``transformers.XLNetConfig`` (object or ``config.json``
+        dict): :func:`~course_lib.models.hf.xlnet_config_from_hf`."""
+        return cls(**xlnet_config_from_hf(hf_config, {f.name for f in fields(cls)}))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -575,8 +513,7 @@ class XLNetModel(CountsParameters, nn.Module):
         cur = h.transpose(0, 1)  # time-first, Hugging Face's layout
         if c.reuse_len:
             cur = cur[: c.reuse_len]
-        # mem_len None or 0 keeps everything here (update_memory: None keeps all, 0 none)
-        return update_memory(mem, cur, c.mem_len or None, seq_dim=0)
+        return update_memory(mem, cur, c.mem_len, seq_dim=0)  # None keeps all (mem_len=0: never called)
 
     def forward(
         self,
@@ -607,6 +544,7 @@ class XLNetModel(CountsParameters, nn.Module):
         mem_len = 0 if mems is None else mems[0].size(0)
         if use_mems is None:
             use_mems = c.use_mems_train if self.training else c.use_mems_eval
+        use_mems = use_mems and c.mem_len != 0  # mem_len=0: no memory
 
         mask_h, mask_g = self.attention_masks(input_ids, mem_len, attention_mask, input_mask, perm_mask)
         seg_diff = self.segment_differences(token_type_ids, mem_len)

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 from ..data import load_documents, special_ids
 from ..data.documents import sentence_texts, split_documents, train_tokenizer
 from ..device import get_device, seed_everything
+from ..models.albert import AlbertConfig
 from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertLMHeadModel
 from ..objectives import MaskedLMData, causal_lm_loss, pretraining_loss, reverse_sequences
 from ..objectives.pretraining import (
@@ -55,13 +56,14 @@ from ..objectives.pretraining import (
 )
 from ..train import History, fit
 from .common import (
+    BERT_NAMES,
     DEFAULT_LR,
     MODEL_CLASSES,
-    SIZES,
     PretrainedModel,
     data_spec,
     registered_class,
     require_positive,
+    sized,
     train_cached,
 )
 
@@ -81,12 +83,23 @@ def bert_config(
     **overrides: Any,
 ) -> BertConfig:
     """A config (a :class:`BertConfig` unless ``config_class`` says otherwise) of a named size
-    (:data:`SIZES`) for a tokenizer of ``vocab_size`` tokens."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
-    return config_class.from_course(
-        vocab_size=vocab_size, max_len=max_len, pad_id=pad_id, dropout=dropout, **SIZES[size], **overrides
+    (:data:`~course_lib.recipes.common.SIZES`) for a tokenizer of ``vocab_size`` tokens:
+    ``max_len`` positions, ``pad_token_id=pad_id``, ``dropout`` on the hidden states and the
+    attention weights, then ``overrides`` (Hugging Face's field names). An ALBERT config's
+    ``embedding_size`` defaults to ``min(128, hidden_size // 4)``: the course's sizes keep
+    ALBERT's factorisation (32 for the chapter's 128, ALBERT-base's 128 from 512 on)."""
+    shape = sized(size, BERT_NAMES)
+    fields = dict(
+        vocab_size=vocab_size,
+        **shape,
+        max_position_embeddings=max_len,
+        pad_token_id=pad_id,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
+    if issubclass(config_class, AlbertConfig):
+        fields["embedding_size"] = max(1, min(128, shape["hidden_size"] // 4))
+    return config_class(**{**fields, **overrides})
 
 
 def pretrain(
@@ -219,9 +232,10 @@ def pretrain_bert(
     """Pretrain a BERT from scratch on ``documents``; returns ``(model, tokenizer, history)``.
 
     Args:
-        config: a :class:`BertConfig`, or a size name of :data:`SIZES` (``"small"``,
-            ``"base-like"``, ...). Its ``vocab_size``, ``pad_token_id`` and
-            ``max_position_embeddings`` are set from the tokenizer and ``max_len``.
+        config: a :class:`BertConfig`, or a size name of
+            :data:`~course_lib.recipes.common.SIZES` (``"small"``, ``"base-like"``, ...). Its
+            ``vocab_size``, ``pad_token_id`` and ``max_position_embeddings`` are set from the
+            tokenizer and ``max_len``.
         documents: Document objects or lists of sentence strings; ``None`` reads
             :func:`~course_lib.data.load_documents` (``$COURSE_TEXT`` or the generated corpus).
         steps, batch_size, lr: optimiser steps, sequences per step, peak learning rate

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import load_documents
 from ..models.bert import BertForMaskedLM, BertForPreTraining
 from ..objectives.pretraining import ROW_UNITS
 from ..train import History
@@ -37,9 +36,9 @@ from .common import (
     add_recipe_command,
     module_main,
     positive,
+    pretraining_summary,
     registered_class,
-    run_recipe,
-    save_pretrained,
+    run_document_recipe,
     training_arguments,
 )
 
@@ -81,24 +80,10 @@ def _cmd(args: argparse.Namespace) -> int:
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
         bert = type(model) in (BertForPreTraining, BertForMaskedLM)
-        return (
-            f"pretrained a {args.size} {'BERT' if bert else type(model).__name__} "
-            f"({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
-            f"{tokenizer.get_vocab_size()}) "
-            f"for {len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
-            f"{history.loss[-1]:.3f}"
-        )
+        what = f"{args.size} {'BERT' if bert else type(model).__name__}"
+        return pretraining_summary(what, model, tokenizer, history, device, seconds)
 
-    return run_recipe(
-        args,
-        "pretrain-bert",
-        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
-        train=train,
-        save=save_pretrained,
-        summary=summary,
-        held_back="documents",
-        loader="course_lib.recipes.common.load_pretrained",
-    )
+    return run_document_recipe(args, "pretrain-bert", train=train, summary=summary)
 
 
 def _options(p: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..data import load_documents
 from ..data.documents import sentence_texts
 from ..device import get_device
 from ..models.albert import AlbertForMaskedLM, AlbertForPreTraining
@@ -63,6 +64,9 @@ __all__ = [
     "load_model",
     "module_main",
     "SIZES",
+    "BERT_NAMES",
+    "XL_NAMES",
+    "sized",
     "DEFAULT_LR",
     "documents_fingerprint",
     "tokenizer_fingerprint",
@@ -70,6 +74,8 @@ __all__ = [
     "data_spec",
     "PretrainedModel",
     "save_pretrained",
+    "run_document_recipe",
+    "pretraining_summary",
     "load_pretrained",
 ]
 
@@ -419,6 +425,47 @@ def run_recipe(
     return 0
 
 
+def run_document_recipe(
+    args: argparse.Namespace,
+    command: str,
+    *,
+    train: Callable[[list, torch.device], tuple[nn.Module, Any, History]],
+    summary: Callable[[nn.Module, Any, History, torch.device, float], str],
+) -> int:
+    """:func:`run_recipe` of a recipe that trains on documents (``--text``, else ``--n-docs``
+    generated ones) and saves with :func:`save_pretrained` (read back by :func:`load_pretrained`)."""
+    return run_recipe(
+        args,
+        command,
+        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
+        train=train,
+        save=save_pretrained,
+        summary=summary,
+        held_back="documents",
+        loader="course_lib.recipes.common.load_pretrained",
+    )
+
+
+def pretraining_summary(
+    what: str,
+    model: nn.Module,
+    tokenizer: Any,
+    history: History,
+    device: torch.device,
+    seconds: float,
+    *,
+    vocabulary_note: str = "",
+    objective: str = "",
+) -> str:
+    """The line a pretraining command prints: ``pretrained a <what> (<parameters>, vocabulary
+    <size><vocabulary_note>)<objective> for <steps> on <device> in <seconds>; final training loss``."""
+    return (
+        f"pretrained a {what} ({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
+        f"{tokenizer.get_vocab_size()}{vocabulary_note}){objective} for {len(history.loss)} steps on "
+        f"{device.type} in {seconds:.0f} s; final training loss {history.loss[-1]:.3f}"
+    )
+
+
 def run_metadata(
     args: argparse.Namespace, history: History, seconds: float, device: torch.device
 ) -> tuple[dict[str, Any], dict[str, float]]:
@@ -529,13 +576,32 @@ def module_main(register: Callable[[Any], None], command: str, module: str, argv
 # ---------------------------------------------------------------------------------------
 
 
-# Model shapes by name. "small" is the chapter's model; "base-like" is BERT-base's shape.
+# Model shapes by name (the papers' symbols: d_model, heads, layers, d_ff); :func:`sized` gives
+# them in a config's field names. "small" is the chapter's model; "base-like" is BERT-base's shape.
 SIZES: dict[str, dict[str, int]] = {
     "tiny": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),  # tests: milliseconds per step
     "small": dict(d_model=128, n_heads=4, n_layers=2, d_ff=512),  # the chapter, on a CPU
     "medium": dict(d_model=256, n_heads=4, n_layers=6, d_ff=1024),  # a laptop GPU, minutes
     "base-like": dict(d_model=768, n_heads=12, n_layers=12, d_ff=3072),  # BERT-base: a real GPU, hours
 }
+
+# The shape's fields in each family's configs (Hugging Face's names): BERT, RoBERTa, ALBERT ...
+BERT_NAMES = {
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_layers": "num_hidden_layers",
+    "d_ff": "intermediate_size",
+}
+# ... and XLNet, Transformer-XL
+XL_NAMES = {"d_model": "d_model", "n_heads": "n_head", "n_layers": "n_layer", "d_ff": "d_inner"}
+
+
+def sized(size: str, names: Mapping[str, str]) -> dict[str, int]:
+    """The shape called ``size`` in :data:`SIZES` (``ValueError`` for an unknown name) under a
+    config's field names (``names``: shape field -> config field, e.g. :data:`XL_NAMES`)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
+    return {names[k]: v for k, v in SIZES[size].items()}
 
 
 DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates

@@ -45,7 +45,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..data import load_documents
 from ..data.documents import split_documents
 from ..models.bert import (
     IGNORE_INDEX,
@@ -75,8 +74,7 @@ from .common import (
     module_main,
     positive,
     require_positive,
-    run_recipe,
-    save_pretrained,
+    run_document_recipe,
     train_cached,
     training_arguments,
     weights_fingerprint,
@@ -688,16 +686,7 @@ def _cmd(args: argparse.Namespace) -> int:
         d = train(documents, device)
         return d.student, loaded["tokenizer"], d.history
 
-    return run_recipe(
-        args,
-        "distill",
-        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
-        train=run_train,
-        save=save_pretrained,
-        summary=summary,
-        held_back="documents",
-        loader="course_lib.recipes.common.load_pretrained",
-    )
+    return run_document_recipe(args, "distill", train=run_train, summary=summary)
 
 
 def _options(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -307,9 +306,10 @@ def load_finetuned(
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    from ..train import progress_enabled
     from .train_command import check_arguments
 
-    progress = os.environ.get("COURSE_PROGRESS", "1") not in ("0", "false", "no", "off")
+    progress = progress_enabled()
     try:
         check_arguments(args, "finetune")  # --device and --out as course train checks them
         metrics = finetune_folder(

@@ -201,7 +201,7 @@ _FREE_TO_CHANGE = {
 
 def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     """The options that define a run (flag -> value), recorded in its training state: a
-    resume with any of them changed is refused (see :func:`course_lib.train.resume_settings`).
+    resume with any of them changed is refused (see :func:`course_lib.train_state.resume_settings`).
     ``--data`` is the fingerprint of the text's files (names and contents)."""
     from ..data.text_files import source_fingerprint
 
@@ -279,7 +279,8 @@ def _has_state(args: argparse.Namespace) -> bool:
 def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
         from ..data.text_files import reading_encoding
-        from ..train import loop_overrides, resume_settings
+        from ..train import loop_overrides
+        from ..train_state import resume_settings
 
         if getattr(args, "text", None) == "generated":
             args.text = None

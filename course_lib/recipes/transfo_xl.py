@@ -52,15 +52,17 @@ from ..train import History, fit, model_device
 from .common import (
     DEFAULT_LR,
     SIZES,
+    XL_NAMES,
     PretrainedModel,
     TrainingOptions,
     add_recipe_command,
     data_spec,
     module_main,
     positive,
+    pretraining_summary,
     require_positive,
-    run_recipe,
-    save_pretrained,
+    run_document_recipe,
+    sized,
     train_cached,
     training_arguments,
 )
@@ -80,9 +82,7 @@ __all__ = [
 def transfo_xl_config(size: str, *, vocab_size: int, mem_len: int, dropout: float = 0.1) -> TransfoXLConfig:
     """A :class:`~course_lib.models.transfo_xl.TransfoXLConfig` of the shape called ``size`` in
     :data:`~course_lib.recipes.common.SIZES` (the course's shapes for every recipe)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
-    return TransfoXLConfig(vocab_size=vocab_size, **SIZES[size], mem_len=mem_len, dropout=dropout)
+    return TransfoXLConfig(vocab_size=vocab_size, **sized(size, XL_NAMES), mem_len=mem_len, dropout=dropout)
 
 
 def token_stream(documents: Sequence[Any], tokenizer) -> Tensor:
@@ -273,23 +273,10 @@ def _cmd(args: argparse.Namespace) -> int:
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
-        return (
-            f"pretrained a {args.size} Transformer-XL ({model.num_parameters() / 1e6:.1f}M parameters, "
-            f"vocabulary {tokenizer.get_vocab_size()}, memory {model.config.mem_len}) for "
-            f"{len(history.loss)} steps on {device.type} in {seconds:.0f} s; final training loss "
-            f"{history.loss[-1]:.3f}"
-        )
+        what, memory = f"{args.size} Transformer-XL", f", memory {model.config.mem_len}"
+        return pretraining_summary(what, model, tokenizer, history, device, seconds, vocabulary_note=memory)
 
-    return run_recipe(
-        args,
-        "pretrain-transfo-xl",
-        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
-        train=train,
-        save=save_pretrained,
-        summary=summary,
-        held_back="documents",
-        loader="course_lib.recipes.common.load_pretrained",
-    )
+    return run_document_recipe(args, "pretrain-transfo-xl", train=train, summary=summary)
 
 
 def _options(p: argparse.ArgumentParser) -> None:

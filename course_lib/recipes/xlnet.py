@@ -55,15 +55,17 @@ from ..train import History, evaluating, fit, model_device
 from .common import (
     DEFAULT_LR,
     SIZES,
+    XL_NAMES,
     PretrainedModel,
     TrainingOptions,
     add_recipe_command,
     data_spec,
     module_main,
     positive,
+    pretraining_summary,
     require_positive,
-    run_recipe,
-    save_pretrained,
+    run_document_recipe,
+    sized,
     train_cached,
     training_arguments,
 )
@@ -84,11 +86,9 @@ def xlnet_config(size: str, *, vocab_size: int, pad_id: int, dropout: float = 0.
     :data:`~course_lib.recipes.common.SIZES` (the same shapes as the BERT recipe, so the two
     objectives train the same amount of network). Relative positions need no maximum length;
     no memory is kept (the recipe trains on single segments)."""
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(SIZES)}")
-    return XLNetConfig.from_course(
+    return XLNetConfig(
         vocab_size=vocab_size,
-        **SIZES[size],
+        **sized(size, XL_NAMES),
         dropout=dropout,
         pad_token_id=pad_id,
         use_mems_eval=False,
@@ -290,22 +290,10 @@ def _cmd(args: argparse.Namespace) -> int:
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
-        return (
-            f"pretrained a {args.size} XLNet ({model.num_parameters() / 1e6:.1f}M parameters, vocabulary "
-            f"{tokenizer.get_vocab_size()}) with the permutation LM for {len(history.loss)} steps on "
-            f"{device.type} in {seconds:.0f} s; final training loss {history.loss[-1]:.3f}"
-        )
+        what, objective = f"{args.size} XLNet", " with the permutation LM"
+        return pretraining_summary(what, model, tokenizer, history, device, seconds, objective=objective)
 
-    return run_recipe(
-        args,
-        "pretrain-xlnet",
-        read_text=lambda: load_documents(args.text, n_docs=args.n_docs, seed=args.seed),
-        train=train,
-        save=save_pretrained,
-        summary=summary,
-        held_back="documents",
-        loader="course_lib.recipes.common.load_pretrained",
-    )
+    return run_document_recipe(args, "pretrain-xlnet", train=train, summary=summary)
 
 
 def _options(p: argparse.ArgumentParser) -> None:

@@ -58,6 +58,8 @@ __all__ = [
     "run_study",
     "load_study",
     "results_path",
+    "pretrain_arms",
+    "finetune_each",
     "register",
 ]
 
@@ -125,6 +127,77 @@ def spec_hash(study: Study) -> str:
     module = sys.modules[study.run.__module__]
     parts = [json.dumps(study.settings, sort_keys=True, default=str), code_hash(module, *study.extra_sources)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
+
+
+def pretrain_arms(
+    pretrain: Callable[..., Any],
+    documents: Sequence[Any],
+    arms: Mapping[str, Mapping[str, Any]],
+    common: Mapping[str, Any],
+    *,
+    config_of: Callable[[Mapping[str, Any]], Any],
+    curves_of: Callable[[Mapping[str, Any]], Mapping[str, str]],
+    curve_points: int,
+    **kwargs: Any,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One model per arm of a study: ``pretrain(config_of(arm), documents, **kwargs, **common,
+    **arm)``, evaluated ``curve_points`` times along the way. Returns ``(models, records)``,
+    a record holding the parameters, the steps, the evaluation steps and each learning curve
+    ``curves_of(arm)`` names (record key -> the evaluation's name in the history)."""
+    models: dict[str, Any] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, arm in arms.items():
+        settings = {**common, **arm}
+        model, _, history = pretrain(
+            config_of(arm),
+            documents,
+            progress=False,
+            eval_every=max(1, settings["steps"] // curve_points),
+            **kwargs,
+            **settings,
+        )
+        models[name] = model
+        out[name] = {
+            "parameters": model.num_parameters(),
+            "steps": settings["steps"],
+            "curve_steps": list(history.eval_steps),
+        }
+        for key, metric in curves_of(arm).items():
+            out[name][key] = list(history.evals[metric])
+    return models, out
+
+
+def finetune_each(
+    finetune: Callable[..., Any],
+    starts: Mapping[str, tuple[Any, bool, float]],
+    tokenizer: Any,
+    items: Sequence[Any],
+    settings: Mapping[str, Any],
+    *,
+    seed: int,
+    device: Any,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Fine-tune from each start (name -> ``(model or config, freeze the body, learning rate)``)
+    with ``finetune`` (:func:`~course_lib.recipes.finetune.finetune_tagger` or
+    ``finetune_classifier``) on ``items`` for ``settings["steps"]`` steps of
+    ``settings["batch_size"]``; returns each run's history."""
+    histories = {}
+    for name, (begin, frozen, lr) in starts.items():
+        _, histories[name] = finetune(
+            begin,
+            tokenizer,
+            items,
+            steps=settings["steps"],
+            batch_size=settings["batch_size"],
+            lr=lr,
+            seed=seed,
+            device=device,
+            freeze_body=frozen,
+            progress=False,
+            **kwargs,
+        )
+    return histories
 
 
 RESULTS = Path(__file__).resolve().parent / "results"

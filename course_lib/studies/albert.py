@@ -30,8 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.layers import layer_transitions
-from ..data import load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
 from ..data.tasks import nsp_pairs, sop_pairs
 from ..device import get_device
 from ..models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
@@ -39,7 +38,7 @@ from ..models.sizes import parameter_breakdown
 from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import pretrain_bert
 from ..recipes.finetune import finetune_classifier
-from . import Study, register_study
+from . import Study, finetune_each, register_study
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -66,8 +65,8 @@ SETTINGS: dict[str, Any] = dict(
 )
 QUICK: dict[str, Any] = dict(
     SETTINGS,
-    documents=dict(n_docs=200, seed=0, heldout=0.2),
-    tokenizer=dict(kind="wordpiece", vocab_size=300),
+    documents=dict(SETTINGS["documents"], n_docs=200, heldout=0.2),
+    tokenizer=dict(SETTINGS["tokenizer"], vocab_size=300),
     model=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
     pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
     transfer=dict(SETTINGS["transfer"], train=16, steps=2, batch_size=4),
@@ -77,8 +76,7 @@ QUICK: dict[str, Any] = dict(
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
-    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    train_docs, held_docs = split_corpus(**s["documents"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     masker = make_masker(tokenizer)
     p = dict(s["pretrain"])
@@ -140,21 +138,19 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             raise ValueError(
                 f"too few {task} pairs: {len(train_items)} to train on, {len(test_items)} to test on"
             )
-        starts: dict[str, Any] = {name: models[name] for name in t["starts"]}
-        starts["random"] = models["bert_shape"].config
-        for name, start in starts.items():
-            _, h = finetune_classifier(
-                start,
-                tokenizer,
-                train_items,
-                eval_items=test_items,
-                steps=t["steps"],
-                batch_size=t["batch_size"],
-                lr=t["lr"],
-                seed=seed,
-                device=device,
-                progress=False,
-            )
+        starts: dict[str, Any] = {name: (models[name], False, t["lr"]) for name in t["starts"]}
+        starts["random"] = (models["bert_shape"].config, False, t["lr"])
+        histories = finetune_each(
+            finetune_classifier,
+            starts,
+            tokenizer,
+            train_items,
+            t,
+            seed=seed,
+            device=device,
+            eval_items=test_items,
+        )
+        for name, h in histories.items():
             out.setdefault(f"transfer_{task}", {})[name] = h.evals["accuracy"][-1]
     return out
 

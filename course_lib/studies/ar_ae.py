@@ -40,6 +40,7 @@ No wall-clock times are stored (they depend on the machine and on what runs besi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -58,15 +59,14 @@ from ..analysis.ar_ae import (
     sample_causal,
 )
 from ..analysis.cloze import generation_statistics
-from ..data import load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
 from ..data.tasks import agreement_pairs, name_documents, name_sentences, two_word_cities
 from ..data.tokenizers import special_ids
 from ..device import get_device
 from ..objectives.pairs import collate, reverse_sequences
 from ..objectives.pretraining import evaluate_causal_lm, pretraining_examples
 from ..recipes.bert import bert_config, pretrain_bert
-from . import Study, register_study
+from . import Study, pretrain_arms, register_study
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -98,18 +98,18 @@ SETTINGS: dict[str, Any] = dict(
 )
 QUICK: dict[str, Any] = dict(
     SETTINGS,
-    documents=dict(n_docs=200, seed=0, heldout=0.2),
-    names=dict(train=200, train_seed=1, heldout=40, heldout_seed=2),
-    tokenizer=dict(kind="wordpiece", vocab_size=1500),
-    model=dict(size="tiny", num_hidden_layers=2),
-    pretrain=dict(steps=3, batch_size=8, lr=1e-3, max_len=64, row_unit="sentence"),
+    documents=dict(SETTINGS["documents"], n_docs=200, heldout=0.2),
+    names=dict(SETTINGS["names"], train=200, heldout=40),
+    tokenizer=dict(SETTINGS["tokenizer"], vocab_size=1500),
+    model=dict(SETTINGS["model"], size="tiny"),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
     arms={
         **SETTINGS["arms"],
         "ae_long": dict(causal=False, masking="dynamic", steps=6),
         "ae_blocks": dict(causal=False, masking="dynamic", row_unit="block", batch_size=8),
     },
     curve_points=2,
-    cloze=dict(sentences=10, min_words=5),
+    cloze=dict(SETTINGS["cloze"], sentences=10),
     likelihood=dict(sentences=8, agreement_pairs=6, agreement_seed=5),
     generation=dict(prompts=4, prompt_words=2, tokens=3, temperature=1.0, shown=2),
     discrepancy=dict(rows=8, mask_share=0.15),
@@ -120,8 +120,7 @@ MASKED_ARMS = ("ae", "ae_long")
 def chapter_text(s: dict[str, Any]) -> tuple[list, list, list[str]]:
     """``(training documents, held-out documents, held-out sentences with a city)`` of the
     settings ``s``: the chapter 3 documents plus documents of name sentences."""
-    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
-    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    train_docs, held_docs = split_corpus(**s["documents"])
     n = s["names"]
     train_docs = list(train_docs) + name_documents(n["train"], seed=n["train_seed"])
     held_names = [x.text for x in name_sentences(n["heldout"], seed=n["heldout_seed"])]
@@ -134,6 +133,48 @@ def encode_ids(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
     return collate(
         [{"input_ids": tokenizer.encode(t).ids} for t in texts], pad_id=special_ids(tokenizer)["pad"]
     )
+
+
+def name_joint_records(
+    out: dict[str, Any],
+    models: dict,
+    arms: Sequence[str],
+    tokenizer,
+    held_names: list[str],
+    examples,
+    pairs,
+    **kwargs_of,
+) -> None:
+    """The joints of the two-word names (:func:`~course_lib.analysis.ar_ae.name_joints`) by each
+    of ``arms`` into ``out["names"]`` (on the held-out sentences) and ``out["grids"]`` (on the
+    ``examples``); ``kwargs_of[arm]``, when given, are that arm's options. Chapter 6's XLNet
+    study records its arms the same way."""
+    out["grids"] = {"sentences": list(examples)}
+    for name in arms:
+        kwargs = kwargs_of.get(name, {})
+        r = name_joints(models[name], tokenizer, held_names, pairs, **kwargs)
+        for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
+            out["names"][f"{name}_{k}"] = r[k]
+        grids = name_joints(models[name], tokenizer, list(examples), pairs, **kwargs)
+        out["grids"][name] = [g.tolist() for g in grids["grids"]]
+        out["grids"][f"{name}_inconsistent_mass"] = grids["per_text_inconsistent_mass"]
+
+
+def cloze_positions(tokenizer, held_names: list[str], pairs, held_docs, c: dict[str, Any]):
+    """What the one-hidden-token tests hide: ``(city batch, (row, first word) of each city,
+    sentence batch, every (row, position) between [CLS] and [SEP])``, the sentences being the
+    first ``c["sentences"]`` held-out ones of at least ``c["min_words"]`` words."""
+    city = encode_ids(tokenizer, held_names)
+    found = [
+        (row, hit[0])
+        for row, ids in enumerate(city["input_ids"].tolist())
+        if (hit := find_name(ids, pairs)) is not None
+    ]
+    sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
+    batch = encode_ids(tokenizer, sentences)
+    lengths = batch["attention_mask"].sum(1)
+    every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
+    return city, torch.tensor(found), sentences, batch, every
 
 
 def _accuracy(log_probs: torch.Tensor, target: torch.Tensor) -> float:
@@ -171,30 +212,21 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         bert_config(m["size"], vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"], pad_id=sp["pad"]),
         num_hidden_layers=m["num_hidden_layers"],
     )
-    models = {}
-    out: dict[str, Any] = {}
-    for name, arm in s["arms"].items():
-        settings = {**p, **arm}
-        model, _, history = pretrain_bert(
-            config,
-            train_docs,
-            tokenizer=tokenizer,
-            heldout=held_docs,
-            pair_task=None,
-            device=device,
-            seed=seed,
-            progress=False,
-            eval_every=max(1, settings["steps"] // s["curve_points"]),
-            **settings,
-        )
-        models[name] = model
-        metric = "lm_accuracy" if arm["causal"] else "mlm_accuracy"
-        out[name] = {
-            "parameters": model.num_parameters(),
-            "steps": settings["steps"],
-            "curve_steps": list(history.eval_steps),
-            "curve_accuracy": list(history.evals[metric]),
-        }
+    models, arms = pretrain_arms(
+        pretrain_bert,
+        train_docs,
+        s["arms"],
+        p,
+        config_of=lambda arm: config,
+        curves_of=lambda arm: {"curve_accuracy": "lm_accuracy" if arm["causal"] else "mlm_accuracy"},
+        curve_points=s["curve_points"],
+        tokenizer=tokenizer,
+        heldout=held_docs,
+        pair_task=None,
+        device=device,
+        seed=seed,
+    )
+    out: dict[str, Any] = dict(arms)
 
     # held-out rows (the training layout): perplexity of both causal LMs
     stream = pretraining_examples(
@@ -214,32 +246,17 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         "col_words": pairs.col_words,
         "cells": [list(c) for c in pairs.cells],
     }
-    out["grids"] = {"sentences": list(s["examples"])}
-    for name in (*MASKED_ARMS, "ar"):
-        kwargs = dict(mask_token_id=mask_id if name in MASKED_ARMS else None)
-        r = name_joints(models[name], tokenizer, held_names, pairs, **kwargs)
-        for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
-            out["names"][f"{name}_{k}"] = r[k]
-        examples = name_joints(models[name], tokenizer, list(s["examples"]), pairs, **kwargs)
-        out["grids"][name] = [g.tolist() for g in examples["grids"]]
-        out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
+    arms = (*MASKED_ARMS, "ar")
+    options = {name: dict(mask_token_id=mask_id if name in MASKED_ARMS else None) for name in arms}
+    name_joint_records(out, models, arms, tokenizer, held_names, s["examples"], pairs, **options)
 
     # 2. bidirectional context: one token hidden
-    city = encode_ids(tokenizer, held_names)
-    found = [
-        (row, hit[0])
-        for row, ids in enumerate(city["input_ids"].tolist())
-        if (hit := find_name(ids, pairs)) is not None
-    ]
-    first = torch.tensor(found)
+    city, first, sentences, batch, every = cloze_positions(
+        tokenizer, held_names, pairs, held_docs, s["cloze"]
+    )
     out["cloze_city_first"] = _cloze(models, city, first, mask_id)
     out["cloze_city_second"] = _cloze(models, city, first + torch.tensor([0, 1]), mask_id)
-    out["cloze_city_first"]["n"] = out["cloze_city_second"]["n"] = len(found)
-    c = s["cloze"]
-    sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
-    batch = encode_ids(tokenizer, sentences)
-    lengths = batch["attention_mask"].sum(1)
-    every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
+    out["cloze_city_first"]["n"] = out["cloze_city_second"]["n"] = len(first)
     out["cloze_words"] = _cloze(models, batch, every, mask_id)
     out["cloze_words"]["n"] = len(every)
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.cloze import generate_greedy, generation_statistics, hidden_word_accuracy
-from ..data import generate_corpus, load_documents, topic_pairs
-from ..data.documents import segment_documents, split_documents, train_tokenizer
+from ..data import topic_pairs
+from ..data.documents import segment_documents, split_corpus, train_tokenizer
+from ..data.tasks import pos_tagging_task
 from ..device import get_device
 from ..objectives.pretraining import evaluate_causal_lm, evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import bert_config, pretrain_bert
 from ..recipes.finetune import finetune_classifier, finetune_tagger
-from . import Study, register_study
+from . import Study, finetune_each, register_study
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -40,22 +41,21 @@ SETTINGS: dict[str, Any] = dict(
     hidden_word=dict(min_words=5),
 )
 QUICK: dict[str, Any] = dict(
-    documents=dict(n_docs=200, seed=0, heldout=0.2),
-    tokenizer=dict(kind="wordpiece", vocab_size=300),
-    pretrain=dict(steps=3, batch_size=8, lr=2e-3, max_len=64),
-    masking=dict(steps=2, batch_size=8, lr=1e-3, documents=30, eval_every=1),
-    tagging=dict(train=(10, 200), test=(10, 201), steps=2, batch_size=4, lr=1e-3, frozen_lr=1e-2),
-    pair_task=dict(train=16, test=16, steps=2, batch_size=4, lr=1e-3, frozen_lr=1e-2),
+    SETTINGS,
+    documents=dict(SETTINGS["documents"], n_docs=200, heldout=0.2),
+    tokenizer=dict(SETTINGS["tokenizer"], vocab_size=300),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
+    masking=dict(SETTINGS["masking"], steps=2, batch_size=8, documents=30, eval_every=1),
+    tagging=dict(SETTINGS["tagging"], train=(10, 200), test=(10, 201), steps=2, batch_size=4),
+    pair_task=dict(SETTINGS["pair_task"], train=16, test=16, steps=2, batch_size=4),
     generation=dict(prompts=("The chef",), tokens=3),
-    hidden_word=dict(min_words=5),
 )
 
 
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    documents = load_documents(n_docs=s["documents"]["n_docs"], seed=s["documents"]["seed"])
-    train_docs, held_docs = split_documents(documents, s["documents"]["heldout"])
+    train_docs, held_docs = split_corpus(**s["documents"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     masker = make_masker(tokenizer)
     p = s["pretrain"]
@@ -138,34 +138,25 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
 
     # tagging from 100 labelled sentences
     t = s["tagging"]
-    tag_train, tag_test = (
-        generate_corpus(t["train"][0], seed=t["train"][1]),
-        generate_corpus(t["test"][0], seed=t["test"][1]),
-    )
-    tagset = sorted({x for sent in tag_train + tag_test for x in sent.pos})
-    items = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_train]
-    evals = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_test]
+    tagset, items, evals = pos_tagging_task(t["train"], t["test"])
     runs = {
         "tag_finetuned": (bert, False, t["lr"]),
         "tag_frozen": (bert, True, t["frozen_lr"]),
         "tag_mlm_only_finetuned": (models["mlm_only"].model, False, t["lr"]),
         "tag_random": (bert.config, False, t["lr"]),
     }
-    for name, (begin, frozen, lr) in runs.items():
-        _, h = finetune_tagger(
-            begin,
-            tokenizer,
-            items,
-            num_labels=len(tagset),
-            eval_items=evals,
-            steps=t["steps"],
-            batch_size=t["batch_size"],
-            lr=lr,
-            seed=seed,
-            device=device,
-            freeze_body=frozen,
-            progress=False,
-        )
+    tagged = finetune_each(
+        finetune_tagger,
+        runs,
+        tokenizer,
+        items,
+        t,
+        seed=seed,
+        device=device,
+        num_labels=len(tagset),
+        eval_items=evals,
+    )
+    for name, h in tagged.items():
         out[name] = {"accuracy": h.evals["accuracy"][-1], "unseen_accuracy": h.evals["unseen_accuracy"][-1]}
 
     # a sentence-pair task: same topic or not (training and test pairs from different documents)
@@ -179,20 +170,17 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         "pair_mlm_only": (models["mlm_only"].model, False, q["lr"]),
         "pair_random": (bert.config, False, q["lr"]),
     }
-    for name, (begin, frozen, lr) in starts.items():
-        _, h = finetune_classifier(
-            begin,
-            tokenizer,
-            train_items,
-            eval_items=test_items,
-            steps=q["steps"],
-            batch_size=q["batch_size"],
-            lr=lr,
-            seed=seed,
-            device=device,
-            freeze_body=frozen,
-            progress=False,
-        )
+    paired = finetune_each(
+        finetune_classifier,
+        starts,
+        tokenizer,
+        train_items,
+        q,
+        seed=seed,
+        device=device,
+        eval_items=test_items,
+    )
+    for name, h in paired.items():
         out[name] = {"accuracy": h.evals["accuracy"][-1]}
     return out
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.distill import tag_agreement
-from ..data import generate_corpus, load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
+from ..data.tasks import pos_tagging_task
 from ..device import get_device
 from ..models.bert import BertForTokenClassification, init_from_teacher
 from ..recipes.bert import bert_config, pretrain_bert
@@ -72,22 +72,12 @@ QUICK: dict[str, Any] = dict(
     size="tiny",
     documents=dict(n_docs=60, seed=0, heldout=0.1),
     tokenizer=dict(kind="wordpiece", vocab_size=300),
-    pretrain=dict(
-        steps=3,
-        batch_size=8,
-        lr=2e-3,
-        max_len=32,
-        seed=0,
-        masking="static",
-        pair_task="nsp",
-        eval_every=None,
-        cache_name=None,
-    ),
-    tagging=dict(train=(10, 200), test=(10, 201), steps=3, batch_size=4, lr=1e-3),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8, max_len=32, eval_every=None, cache_name=None),
+    tagging=dict(SETTINGS["tagging"], train=(10, 200), test=(10, 201), steps=3, batch_size=4),
     student=dict(layers=1, hidden=16, heads=2),
-    distill=dict(steps=3, batch_size=4, lr=2e-3, temperature=2.0),
+    distill=dict(SETTINGS["distill"], steps=3, batch_size=4),
     first_steps=2,
-    general=dict(documents=20, first_steps=2, batch_size=4, lr=2e-3),
+    general=dict(SETTINGS["general"], documents=20, first_steps=2, batch_size=4),
     transfer=20,
     sweep=dict(sizes=(5, 10), temperatures=(1.0, 4.0), transfer=10),
 )
@@ -104,12 +94,12 @@ ARMS = (
 )
 
 
-def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
-    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
-    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
-    start from."""
-    d = s["documents"]
-    train_docs, held_docs = split_documents(load_documents(n_docs=d["n_docs"], seed=d["seed"]), d["heldout"])
+def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list]:
+    """``(bert, tokenizer, training documents)``: chapter 3's WordPiece tokenizer and pretrained
+    BERT, from chapter 3's text (``s["documents"]``, ``s["tokenizer"]``, ``s["size"]``,
+    ``s["pretrain"]``: this study's settings; chapter 8's probes start from the same BERT),
+    loaded from the course cache when chapter 3, 7 or 8 trained it."""
+    train_docs, held_docs = split_corpus(**s["documents"])
     tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
     p = dict(s["pretrain"])
     config = bert_config(
@@ -121,20 +111,17 @@ def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
     bert, _, _ = pretrain_bert(
         config, train_docs, tokenizer=tokenizer, heldout=held_docs, device=device, progress=False, **p
     )
-    t = s["tagging"]
-    tag_train, tag_test = (
-        generate_corpus(t["train"][0], seed=t["train"][1]),
-        generate_corpus(t["test"][0], seed=t["test"][1]),
-    )
-    tagset = sorted({x for sent in tag_train + tag_test for x in sent.pos})
-    items = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_train]
-    evals = [(sent.tokens, [tagset.index(x) for x in sent.pos]) for sent in tag_test]
-    pool = [sent.tokens for doc in train_docs for sent in doc.sentences]
-    teacher, history = finetune_tagger(
-        bert,
+    return bert, tokenizer, train_docs
+
+
+def _tagger(start, tokenizer, items, evals, num_labels: int, t: dict[str, Any], seed: int, device):
+    """``(tagger, history)``: a tagger fine-tuned from ``start`` (a pretrained BERT, or a config
+    for random weights) with the tagging settings ``t``: the teacher, and the weaker teacher."""
+    return finetune_tagger(
+        start,
         tokenizer,
         items,
-        num_labels=len(tagset),
+        num_labels=num_labels,
         eval_items=evals,
         seed=seed,
         steps=t["steps"],
@@ -143,6 +130,17 @@ def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
         device=device,
         progress=False,
     )
+
+
+def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
+    """Chapter 3's text, tokenizer and BERT, the tagging task (tagged, test and transfer
+    sentences) and the teacher tagger fine-tuned with ``seed``: what the chapter and the study
+    start from."""
+    bert, tokenizer, train_docs = chapter3_bert(s, device)
+    t = s["tagging"]
+    tagset, items, evals = pos_tagging_task(t["train"], t["test"])
+    pool = [sent.tokens for doc in train_docs for sent in doc.sentences]
+    teacher, history = _tagger(bert, tokenizer, items, evals, len(tagset), t, seed, device)
     return dict(
         train_docs=train_docs,
         tokenizer=tokenizer,
@@ -253,19 +251,8 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     small = student_config(teacher.config, **s["student"])
     common = dict(eval_items=evals, seed=seed, progress=False, **s["distill"])
     # a weaker teacher: the same tagger trained from random weights, then the same KD
-    t = s["tagging"]
-    weak, wh = finetune_tagger(
-        setup["bert"].config,
-        tokenizer,
-        items,
-        num_labels=len(setup["tagset"]),
-        eval_items=evals,
-        seed=seed,
-        steps=t["steps"],
-        batch_size=t["batch_size"],
-        lr=t["lr"],
-        device=device,
-        progress=False,
+    weak, wh = _tagger(
+        setup["bert"].config, tokenizer, items, evals, len(setup["tagset"]), s["tagging"], seed, device
     )
     d = distill_tagger(weak, small, tokenizer, items, setup["pool"][: s["transfer"]], method="kd", **common)
     out["weak_teacher"] = dict(

@@ -1,7 +1,7 @@
 """Chapter 8's starting point: the models it probes and the sentences it probes them on.
 
 * chapter 3's BERT (its text, tokenizer and 800 pretraining steps; loaded from the course
-  cache when chapter 3 or 7 trained it, :func:`chapter3_bert`);
+  cache when chapter 3 or 7 trained it, :func:`course_lib.studies.distill.chapter3_bert`);
 * the same network with random weights (``seed``), the probes' control;
 * all-MiniLM-L6-v2, a real BERT with 6 layers of width 384 (:func:`~course_lib.pretrained.load_minilm`);
 * sentences of the course corpus with gold dependency trees, of 5 to 30 words, split into
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..data import generate_corpus, load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data import generate_corpus
 from ..device import seed_everything
 from ..models.bert import BertModel, body_of
 from ..pretrained import load_minilm
-from ..recipes.bert import bert_config, pretrain_bert
 from .distill import SETTINGS as DISTILL_SETTINGS
+from .distill import chapter3_bert
 
 SETTINGS: dict[str, Any] = dict(
     bert={k: DISTILL_SETTINGS[k] for k in ("size", "documents", "tokenizer", "pretrain")},
@@ -29,33 +28,11 @@ SETTINGS: dict[str, Any] = dict(
 )
 
 
-def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any]:
-    """``(bert, tokenizer)``: chapter 3's WordPiece tokenizer and pretrained BERT, from chapter
-    3's text (``s["documents"]``, ``s["tokenizer"]``, ``s["size"]``, ``s["pretrain"]``, the
-    settings chapter 7's study uses); loaded from the course cache when chapter 3 or 7 trained
-    it. (Chapter 7's ``studies.distill.chapter_setup`` runs the same steps inline: its source is
-    part of its stored results' hash, so it changes when that study is next rerun.)"""
-    d = s["documents"]
-    train_docs, held_docs = split_documents(load_documents(n_docs=d["n_docs"], seed=d["seed"]), d["heldout"])
-    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
-    p = dict(s["pretrain"])
-    config = bert_config(
-        s["size"],
-        vocab_size=tokenizer.get_vocab_size(),
-        max_len=p["max_len"],
-        pad_id=tokenizer.token_to_id("[PAD]"),
-    )
-    bert, _, _ = pretrain_bert(
-        config, train_docs, tokenizer=tokenizer, heldout=held_docs, device=device, progress=False, **p
-    )
-    return bert, tokenizer
-
-
 def chapter_setup(s: dict[str, Any] = SETTINGS, *, seed: int = 0, device=None) -> dict[str, Any]:
     """``{"bert", "random_bert", "tokenizer", "minilm", "minilm_tokenizer", "train", "test",
     "coref"}``: the three encoders in eval mode and the sentences (``Sentence`` objects with
     gold trees)."""
-    bert, tokenizer = chapter3_bert(s["bert"], device=device)
+    bert, tokenizer, _ = chapter3_bert(s["bert"], device=device)
     body = body_of(bert)
     seed_everything(seed)  # COURSE_SEED_OFFSET shifts it
     random_bert = BertModel(body.config).to(body.device).eval()

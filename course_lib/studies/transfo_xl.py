@@ -27,12 +27,11 @@ from typing import Any
 
 import torch
 
-from ..data import load_documents
-from ..data.documents import split_documents, train_tokenizer
+from ..data.documents import split_corpus, train_tokenizer
 from ..device import get_device
 from ..models.transfo_xl import segment_token_nll, segmented_nll
 from ..recipes.transfo_xl import pretrain_transfo_xl, stream_rows, token_stream, transfo_xl_config
-from . import Study, register_study
+from . import Study, pretrain_arms, register_study
 from .ar_ae import QUICK as AR_AE_QUICK
 from .ar_ae import SETTINGS as AR_AE
 from .ar_ae import chapter_text
@@ -71,36 +70,26 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     device = get_device()
     tokenizer_docs, _, _ = chapter_text(s["text"])
     tokenizer = train_tokenizer(tokenizer_docs, **s["tokenizer"])
-    d = s["text"]["documents"]
-    train_docs, held_docs = split_documents(load_documents(n_docs=d["n_docs"], seed=d["seed"]), d["heldout"])
+    train_docs, held_docs = split_corpus(**s["text"]["documents"])
     p = s["pretrain"]
     seg = p["segment_len"]
     e = s["evaluation"]
     held = stream_rows(token_stream(held_docs, tokenizer), seg * e["segments_per_row"])
-    models, out = {}, {}
-    for name, arm in s["arms"].items():
-        config = transfo_xl_config(
+    models, out = pretrain_arms(
+        pretrain_transfo_xl,
+        train_docs,
+        s["arms"],
+        p,
+        config_of=lambda arm: transfo_xl_config(
             s["model"]["size"], vocab_size=tokenizer.get_vocab_size(), mem_len=arm["mem_len"]
-        )
-        model, _, history = pretrain_transfo_xl(
-            config,
-            train_docs,
-            tokenizer=tokenizer,
-            heldout=held_docs,
-            device=device,
-            seed=seed,
-            progress=False,
-            eval_every=max(1, p["steps"] // s["curve_points"]),
-            **p,
-            **arm,
-        )
-        models[name] = model
-        out[name] = {
-            "parameters": model.num_parameters(),
-            "steps": p["steps"],
-            "curve_steps": list(history.eval_steps),
-            "curve_loss": list(history.evals["lm_loss"]),
-        }
+        ),
+        curves_of=lambda arm: {"curve_loss": "lm_loss"},
+        curve_points=s["curve_points"],
+        tokenizer=tokenizer,
+        heldout=held_docs,
+        device=device,
+        seed=seed,
+    )
     x = held.to(device)
     runs = {
         "memory_with_memory": segmented_nll(models["memory"], x, seg, s["arms"]["memory"]["mem_len"]).cpu(),

@@ -47,10 +47,10 @@ from ..objectives import trim_padding
 from ..objectives.permutation import factorised_step_log_probs, sample_orders
 from ..objectives.pretraining import pretraining_examples
 from ..recipes.xlnet import pretrain_xlnet, xlnet_config
-from . import Study, register_study
+from . import Study, pretrain_arms, register_study
 from .ar_ae import QUICK as AR_AE_QUICK
 from .ar_ae import SETTINGS as AR_AE
-from .ar_ae import chapter_text, encode_ids
+from .ar_ae import chapter_text, cloze_positions, encode_ids, name_joint_records
 
 SETTINGS: dict[str, Any] = dict(
     documents=AR_AE["documents"],
@@ -71,11 +71,11 @@ QUICK: dict[str, Any] = dict(
     names=AR_AE_QUICK["names"],
     tokenizer=AR_AE_QUICK["tokenizer"],
     model=AR_AE_QUICK["model"],
-    pretrain=dict(steps=3, batch_size=8, lr=1e-3, max_len=64, row_unit="sentence", K=6),
+    pretrain=dict(SETTINGS["pretrain"], steps=3, batch_size=8),
     arms={"xlnet": {}, "xlnet_long": dict(steps=6)},
     curve_points=2,
     cloze=AR_AE_QUICK["cloze"],
-    position=dict(sentences=10, min_words=5, seed=7),
+    position=dict(SETTINGS["position"], sentences=10),
     orders=dict(rows=10, random_orders=2, seed=11),
 )
 ARMS = ("xlnet", "xlnet_long")
@@ -123,56 +123,29 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         xlnet_config(m["size"], vocab_size=tokenizer.get_vocab_size(), pad_id=sp["pad"]),
         n_layer=m["num_hidden_layers"],
     )
-    models = {}
-    out: dict[str, Any] = {}
-    for name, arm in s["arms"].items():
-        settings = {**p, **arm}
-        model, _, history = pretrain_xlnet(
-            config,
-            train_docs,
-            tokenizer=tokenizer,
-            heldout=held_docs,
-            device=device,
-            seed=seed,
-            progress=False,
-            eval_every=max(1, settings["steps"] // s["curve_points"]),
-            **settings,
-        )
-        models[name] = model
-        out[name] = {
-            "parameters": model.num_parameters(),
-            "steps": settings["steps"],
-            "curve_steps": list(history.eval_steps),
-            "curve_accuracy": list(history.evals["plm_accuracy"]),
-            "curve_loss": list(history.evals["plm_loss"]),
-        }
+    models, arms = pretrain_arms(
+        pretrain_xlnet,
+        train_docs,
+        s["arms"],
+        p,
+        config_of=lambda arm: config,
+        curves_of=lambda arm: {"curve_accuracy": "plm_accuracy", "curve_loss": "plm_loss"},
+        curve_points=s["curve_points"],
+        tokenizer=tokenizer,
+        heldout=held_docs,
+        device=device,
+        seed=seed,
+    )
+    out: dict[str, Any] = dict(arms)
 
     # 1. two-word cities, jointly (the chain rule with both sides as context)
     pairs = name_pairs(tokenizer, two_word_cities())
     out["names"] = {"cities": [" ".join(n) for n in pairs.names]}
-    out["grids"] = {"sentences": list(s["examples"])}
-    for name in ARMS:
-        r = name_joints(models[name], tokenizer, held_names, pairs)
-        for k in ("inconsistent_mass", "top_is_name", "top_is_right", "grid_mass", "n"):
-            out["names"][f"{name}_{k}"] = r[k]
-        examples = name_joints(models[name], tokenizer, list(s["examples"]), pairs)
-        out["grids"][name] = [g.tolist() for g in examples["grids"]]
-        out["grids"][f"{name}_inconsistent_mass"] = examples["per_text_inconsistent_mass"]
+    name_joint_records(out, models, ARMS, tokenizer, held_names, s["examples"], pairs)
 
     # 2. one hidden token, given every other token
-    city = encode_ids(tokenizer, held_names)
-    found = [
-        (row, hit[0])
-        for row, ids in enumerate(city["input_ids"].tolist())
-        if (hit := find_name(ids, pairs)) is not None
-    ]
-    first = torch.tensor(found)
+    city, first, _, batch, every = cloze_positions(tokenizer, held_names, pairs, held_docs, s["cloze"])
     second = first + torch.tensor([0, 1])
-    c = s["cloze"]
-    sentences = [x.text for d in held_docs for x in d.sentences if len(x) >= c["min_words"]][: c["sentences"]]
-    batch = encode_ids(tokenizer, sentences)
-    lengths = batch["attention_mask"].sum(1)
-    every = torch.tensor([(r, t) for r in range(len(sentences)) for t in range(1, int(lengths[r]) - 1)])
     for key, data, where in (
         ("cloze_city_first", city, first),
         ("cloze_city_second", city, second),

@@ -30,10 +30,11 @@ from grading_fixtures.cases import ATT, CONCAT_PE, HONEST_ALTERNATIVE, NAN_ROWS,
 def per_submission(repeats: int = 5) -> None:
     import course_lib.grading.checker as checker
     import course_lib.grading.sandbox as sandbox
+    import course_lib.grading.sandbox_setup as sandbox_setup
     from course_lib.grading.format import load_assignment
     from course_lib.grading.grade import Submission
 
-    mode, _ = sandbox.choose_mode(None)
+    mode, _ = sandbox_setup.choose_mode(None)
     assignment = load_assignment(Path(__file__).resolve().parents[2] / "solutions" / "02_transformer.ipynb")
     reference = checker.Reference(assignment)
     answers = Case("solution").notebook()
