@@ -506,7 +506,8 @@ SPENDING = {
     "huge_result": ("import torch as _t\n_honest_split = None\n", "heads-loop", "ran out of time"),
     # it turns the check's [1, 2, 4] argument into a [1, 7000] one in place after answering right
     "grow_argument": ("", "heads-mut", "changed the shape, dtype, length or type of its argument 1 in place"),
-    # it hangs on 0-point checks only: those never use up the exercise's timeouts
+    # it hangs on 0-point checks only (their all-zero inputs with 3 heads; the honest checks draw
+    # random values, and their head counts, 3 included): those never use up the exercise's timeouts
     "hang_on_zero_point": ("", None, None),
     # a call of exercise 1 leaves a thread that ends its process during exercise 2's honest call
     "kill_later": ("", None, None),
@@ -523,7 +524,7 @@ SPENDING_ANSWERS = {
     },
     "hang_on_zero_point": {
         "heads-answer": HEADS.replace("def split_heads(", "def _split(")
-        + "\n\ndef split_heads(x, n_heads):\n    if n_heads == 3:\n        while True:\n            pass\n    return _split(x, n_heads)\n"
+        + "\n\ndef split_heads(x, n_heads):\n    if n_heads == 3 and not x.any():\n        while True:\n            pass\n    return _split(x, n_heads)\n"
     },
     "kill_later": {
         "causal-mask-answer": solution_answers()["causal-mask-answer"].replace(
