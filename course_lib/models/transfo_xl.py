@@ -447,6 +447,8 @@ class TransfoXLLMHeadModel(TiedLMHeadModel):
 
     config_class = TransfoXLConfig
     body_class = TransfoXLModel
+    output_class = TransfoXLLMHeadModelOutput
+    loss_fn = staticmethod(next_token_loss)
     std_field = "init_std"
 
     def forward(
@@ -466,14 +468,7 @@ class TransfoXLLMHeadModel(TiedLMHeadModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(out.last_hidden_state)
-        return TransfoXLLMHeadModelOutput(
-            loss=next_token_loss(logits, labels) if labels is not None else None,
-            logits=logits,
-            mems=out.mems,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return self.head_output(out, labels)
 
 
 # ---------------------------------------------------------------------------------------

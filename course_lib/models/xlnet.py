@@ -613,6 +613,8 @@ class XLNetLMHeadModel(TiedLMHeadModel):
 
     config_class = XLNetConfig
     body_class = XLNetModel
+    output_class = XLNetLMHeadModelOutput
+    loss_fn = staticmethod(masked_lm_loss)
 
     def forward(
         self,
@@ -641,14 +643,7 @@ class XLNetLMHeadModel(TiedLMHeadModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(out.last_hidden_state)
-        return XLNetLMHeadModelOutput(
-            loss=masked_lm_loss(logits, labels) if labels is not None else None,
-            logits=logits,
-            mems=out.mems,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return self.head_output(out, labels)
 
     def hf_names(self) -> dict[str, str]:
         """Our parameter names -> ``transformers.XLNetLMHeadModel``'s (a tied head maps to the
