@@ -58,6 +58,7 @@ from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
+from ..nn.layer import PostLNLayer
 from ..nn.positional import check_length
 from .base import CountsParameters, WithBody
 from .hf import (
@@ -241,28 +242,24 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-class BertLayer(nn.Module):
+class BertLayer(PostLNLayer):
     """One post-LN encoder layer: self-attention, then the feed-forward network."""
 
     def __init__(self, config: BertConfig):
-        super().__init__()
         c = config
-        self.attention = MultiHeadAttention(
-            c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob
+        super().__init__(
+            MultiHeadAttention(c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob),
+            # BERT has no dropout between the two FFN matrices: only on the sub-layer output
+            FeedForward(c.hidden_size, c.intermediate_size, dropout=0.0, activation=c.hidden_act),
+            dropout=c.hidden_dropout_prob,
+            eps=c.layer_norm_eps,
         )
-        self.attention_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        # BERT has no dropout between the two FFN matrices: only on the sub-layer output
-        self.ffn = FeedForward(c.hidden_size, c.intermediate_size, dropout=0.0, activation=c.hidden_act)
-        self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False, causal: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attention(x, mask=mask, return_weights=return_weights, causal=causal)
-        x = self.attention_norm(x + self.dropout(a))
-        x = self.ffn_norm(x + self.dropout(self.ffn(x)))
-        return x, weights
+        return self.sublayers(x, a), weights
 
 
 class BertEncoder(nn.Module):
