@@ -219,11 +219,11 @@ class AlbertForPreTraining(_AlbertHeads, WithMLMHead):
     ) -> AlbertForPreTrainingOutput:
         logits, mlm = self._mlm(out.last_hidden_state, labels, masked_only)
         sop_logits = self.sop_head(self.sop_dropout(out.pooler_output))
-        sop, loss = self._pair_losses(mlm, sop_logits, sentence_order_label)
+        sop = self._pair_loss(sop_logits, sentence_order_label)
         return self._output(
             AlbertForPreTrainingOutput,
             out,
-            loss=loss,
+            loss=self._pretraining_loss(mlm, sop),
             prediction_logits=logits,
             sop_logits=sop_logits,
             mlm_loss=mlm,

@@ -536,15 +536,15 @@ class WithMLMHead(_BertWithHeads):
         return logits, masked_lm_loss(logits, labels[chosen])
 
     @staticmethod
-    def _pair_losses(
-        mlm: Tensor | None, pair_logits: Tensor, pair_label: Tensor | None
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """``(pair loss, loss)``: the sentence-pair head's cross-entropy (NSP, SOP; None without
-        ``pair_label``) and the pretraining loss, the sum of the parts whose labels are given
-        (None when none is)."""
-        pair = F.cross_entropy(pair_logits.float(), pair_label.view(-1)) if pair_label is not None else None
-        parts = [x for x in (mlm, pair) if x is not None]
-        return pair, (sum(parts) if parts else None)
+    def _pair_loss(pair_logits: Tensor, pair_label: Tensor | None) -> Tensor | None:
+        """The sentence-pair head's cross-entropy (NSP, SOP); None without ``pair_label``."""
+        return F.cross_entropy(pair_logits.float(), pair_label.view(-1)) if pair_label is not None else None
+
+    @staticmethod
+    def _pretraining_loss(*parts: Tensor | None) -> Tensor | None:
+        """The sum of the loss parts whose labels are given (None when none is)."""
+        given = [x for x in parts if x is not None]
+        return sum(given) if given else None
 
 
 class BertForPreTraining(WithMLMHead):
@@ -574,11 +574,11 @@ class BertForPreTraining(WithMLMHead):
         """``masked_only=True``: MLM logits only at labelled positions (see :meth:`WithMLMHead._mlm`)."""
         logits, mlm = self._mlm(out.last_hidden_state, labels, masked_only)
         nsp_logits = self.nsp_head(out.pooler_output)
-        nsp, loss = self._pair_losses(mlm, nsp_logits, next_sentence_label)
+        nsp = self._pair_loss(nsp_logits, next_sentence_label)
         return self._output(
             BertForPreTrainingOutput,
             out,
-            loss=loss,
+            loss=self._pretraining_loss(mlm, nsp),
             prediction_logits=logits,
             seq_relationship_logits=nsp_logits,
             mlm_loss=mlm,
