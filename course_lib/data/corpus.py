@@ -527,6 +527,21 @@ class _Builder:
         if rel is not None:
             self.rel[dep] = rel
 
+    def attach_clause(self, clause: int, head: int, rel: str, phenomenon: str, *deps: int) -> None:
+        """Attach a clause (its root ``clause``) to ``head`` as ``rel``, attach the clause's
+        ``deps`` to its root (a conjunction, a ``that``, a subject; ``-1``: an optional one that
+        was not drawn), and record the ``phenomenon`` the clause shows."""
+        self.attach_optional(clause, *deps)
+        self.attach(clause, head, rel)
+        self.phen.add(phenomenon)
+
+    def attach_optional(self, head: int, *deps: int) -> None:
+        """Attach each of ``deps`` that was placed to ``head``; ``-1`` stands for an optional
+        token that was not drawn (a comma, a ``that``, a preposition) and is skipped."""
+        for dep in deps:
+            if dep >= 0:
+                self.head[dep] = head
+
     def record_agreement(self, subj: int, verb: int) -> None:
         if verb < 0:  # the verb form shows no number (past tense, modal)
             return
@@ -1000,10 +1015,7 @@ class Grammar:
                 return
             m = b.add("that", "SCONJ", "mark") if rng.random() < 0.6 else -1
             c = self.clause(b, topic, depth + 1, kinds="ITP")
-            if m >= 0:
-                b.attach(m, c)
-            b.attach(c, v, "ccomp")
-            b.phen.add("complement")
+            b.attach_clause(c, v, "ccomp", "complement", m)
 
     def adjuncts(self, b: _Builder, v: int, topic: str | None, tense: str) -> None:
         rng, cfg = self.rng, self.cfg
@@ -1113,8 +1125,7 @@ class Grammar:
             freq = -1
         v, agree = self.verb_group(b, verb, subj.agr, tense, neg)
         b.attach(subj.head, v)
-        if freq >= 0:
-            b.attach(freq, v)
+        b.attach_optional(v, freq)
         if agree >= 0 and subj.nominal:
             b.record_agreement(subj.head, agree)
         if force is not None and not force_subject:
@@ -1154,11 +1165,7 @@ class Grammar:
         comma = b.add(",", "PUNCT", "punct") if self.rng.random() < 0.6 else -1
         cc = b.add(self.rng.choice(("and", "and", "but", "so")), "CCONJ", "cc")
         v2 = self.clause(b, topic, 1, kinds="ITP")
-        b.attach(cc, v2)
-        if comma >= 0:
-            b.attach(comma, v2)
-        b.attach(v2, v1, "conj")
-        b.phen.add("coordination")
+        b.attach_clause(v2, v1, "conj", "coordination", cc, comma)
         return v1
 
     def _s_subordinate(self, b: _Builder, topic: str) -> int:
@@ -1173,9 +1180,7 @@ class Grammar:
             v1 = self.clause(b, topic, 1, kinds="ITP")
             m = b.add(sub, "SCONJ", "mark")
             v2 = self.clause(b, topic, 1, kinds="ITP")
-        b.attach(m, v2)
-        b.attach(v2, v1, "advcl")
-        b.phen.add("subordinate")
+        b.attach_clause(v2, v1, "advcl", "subordinate", m)
         return v1
 
     def _s_complement(self, b: _Builder, topic: str) -> int:
@@ -1194,10 +1199,7 @@ class Grammar:
         elif subj.pronoun_ok and subj.agr == "pl" and rng.random() < 0.5:
             sp = ("they", "pl", subj.head)
         c = self.clause(b, topic, 1, kinds="ITP", subject_pronoun=sp)
-        if m >= 0:
-            b.attach(m, c)
-        b.attach(c, v, "ccomp")
-        b.phen.add("complement")
+        b.attach_clause(c, v, "ccomp", "complement", m)
         return v
 
     def _s_passive(self, b: _Builder, topic: str) -> int:
@@ -1243,9 +1245,7 @@ class Grammar:
                 else -1
             )
             root = b.add(rng.choice(self.adj_for_class[n.cls]), "ADJ", "root")
-            for k in (h, cop, neg, adv):
-                if k >= 0:
-                    b.attach(k, root)
+            b.attach_optional(root, h, cop, neg, adv)
         elif r < 0.75:  # the cat is in the garden
             s = self.subject(b, ("physical",), topic, 1)
             cop = b.add(_BE[(tense, s.agr)], "AUX", "cop")
@@ -1337,10 +1337,7 @@ class Grammar:
                     break
             s2 = self.np(b, inner, "nsubj", 2, plural=not plural, modify=False)
             rv, ra = self.verb_group(b, v2, "pl" if b.num[s2] == "p" else "3sg", "past", False)
-            b.attach(r, rv)
-            b.attach(s2, rv)
-            b.attach(rv, h, "acl:relcl")
-            b.phen.add("relative_clause")
+            b.attach_clause(rv, h, "acl:relcl", "relative_clause", r, s2)
         tense = rng.choice(("present", "present", "prog", "perfect", "pastprog"))
         v, agree = self.verb_group(
             b, verb, "pl" if plural else "3sg", tense, rng.random() < self.cfg.p_negation
@@ -1371,9 +1368,7 @@ class Grammar:
             if adj >= 0 and _needs_an(b.tok[adj]):
                 b.tok[d] = "an"
             root = b.add("city", "NOUN", "root")
-            for k in (h, cop, d, adj):
-                if k >= 0:
-                    b.attach(k, root)
+            b.attach_optional(root, h, cop, d, adj)
             b.record_agreement(h, cop)
             if rng.random() < 0.7:
                 c = b.add("in", "ADP", "case")
@@ -1441,8 +1436,7 @@ class Grammar:
         d2 = b.add("the", "DET", "det")
         o = b.add(o_word, "NOUN", "obl" if prep else "obj", v, num="s")
         b.attach(d2, o)
-        if c >= 0:
-            b.attach(c, o)
+        b.attach_optional(o, c)
         m = b.add("because", "SCONJ", "mark")
         it = b.add("it", "PRON", "nsubj")
         cop = b.add("was", "AUX", "cop")
@@ -1647,26 +1641,16 @@ class Grammar:
         toks, g = self.name()
         self.protagonist = _Protagonist(toks, g)
         sentences = [self.intro(topic)]
-        kinds = (
-            "clause",
-            "clause",
-            "clause",
-            "clause",
-            "coordination",
-            "subordinate",
-            "complement",
-            "passive",
-            "copula",
-            "existential",
-        )
+        # a plain clause four times as often as each other construction
+        others = ("coordination", "subordinate", "complement", "passive", "copula", "existential")
+        kinds = ("clause",) * 4 + others
         for _ in range(n_sentences - 1):
             self.protagonist.here = -1
             b = _Builder()
             marker = b.add(rng.choice(_MARKERS), "ADV", "advmod") if rng.random() < 0.3 else -1
             kind = rng.choice(kinds)
             root = getattr(self, "_s_" + kind)(b, topic)
-            if marker >= 0:
-                b.attach(marker, root)
+            b.attach_optional(root, marker)
             b.attach(root, -1, "root")
             b.add(".", "PUNCT", "punct", root)
             sentences.append(b.finish(topic))

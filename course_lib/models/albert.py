@@ -53,7 +53,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .bert import (
@@ -220,16 +219,11 @@ class AlbertForPreTraining(_AlbertHeads, WithMLMHead):
     ) -> AlbertForPreTrainingOutput:
         logits, mlm = self._mlm(out.last_hidden_state, labels, masked_only)
         sop_logits = self.sop_head(self.sop_dropout(out.pooler_output))
-        sop = (
-            F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1))
-            if sentence_order_label is not None
-            else None
-        )
-        parts = [x for x in (mlm, sop) if x is not None]
+        sop = self._pair_loss(sop_logits, sentence_order_label)
         return self._output(
             AlbertForPreTrainingOutput,
             out,
-            loss=sum(parts) if parts else None,
+            loss=self._pretraining_loss(mlm, sop),
             prediction_logits=logits,
             sop_logits=sop_logits,
             mlm_loss=mlm,

@@ -8,8 +8,11 @@ word embedding table (XLNet, Transformer-XL).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..nn.init import init_weights
 from ..nn.parameters import count_parameters
@@ -44,9 +47,16 @@ class WithBody(CountsParameters):
 class TiedLMHeadModel(WithBody, nn.Module):
     """A body (``body_class(config)`` at ``transformer``, Hugging Face's name) with a language-
     model head ``lm_head``: a ``Linear(d_model, vocab_size)`` with a bias whose matrix is the
-    body's word embedding matrix when ``config.tie_word_embeddings`` (XLNet, Transformer-XL)."""
+    body's word embedding matrix when ``config.tie_word_embeddings`` (XLNet, Transformer-XL).
+
+    A subclass's ``forward`` runs the body on its own arguments and hands the body's output to
+    :meth:`head_output`, which applies the head and ``loss_fn`` (XLNet: the masked-LM loss over
+    the targets; Transformer-XL: the next-token loss) and fills ``output_class``.
+    """
 
     body_class: type
+    output_class: type  # the output record: loss, logits, and the body's mems, hidden states, attentions
+    loss_fn: Callable[[Tensor, Tensor], Tensor]  # (logits, labels) -> mean loss; a staticmethod
     base_attr = "transformer"
     std_field = "initializer_range"  # the config's std of the initialisation (Transformer-XL: init_std)
 
@@ -62,3 +72,16 @@ class TiedLMHeadModel(WithBody, nn.Module):
         """Share the head's matrix with the word embeddings (when the config says so)."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.transformer.word_embedding.weight
+
+    def head_output(self, out: Any, labels: Tensor | None) -> Any:
+        """``output_class`` from the body's output ``out``: the head's logits on
+        ``out.last_hidden_state``, the loss when ``labels`` are given, and the body's ``mems``,
+        ``hidden_states`` and ``attentions``."""
+        logits = self.lm_head(out.last_hidden_state)
+        return self.output_class(
+            loss=self.loss_fn(logits, labels) if labels is not None else None,
+            logits=logits,
+            mems=out.mems,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )

@@ -58,6 +58,7 @@ from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
+from ..nn.layer import PostLNLayer
 from ..nn.positional import check_length
 from .base import CountsParameters, WithBody
 from .hf import (
@@ -241,28 +242,24 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-class BertLayer(nn.Module):
+class BertLayer(PostLNLayer):
     """One post-LN encoder layer: self-attention, then the feed-forward network."""
 
     def __init__(self, config: BertConfig):
-        super().__init__()
         c = config
-        self.attention = MultiHeadAttention(
-            c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob
+        super().__init__(
+            MultiHeadAttention(c.hidden_size, c.num_attention_heads, dropout=c.attention_probs_dropout_prob),
+            # BERT has no dropout between the two FFN matrices: only on the sub-layer output
+            FeedForward(c.hidden_size, c.intermediate_size, dropout=0.0, activation=c.hidden_act),
+            dropout=c.hidden_dropout_prob,
+            eps=c.layer_norm_eps,
         )
-        self.attention_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        # BERT has no dropout between the two FFN matrices: only on the sub-layer output
-        self.ffn = FeedForward(c.hidden_size, c.intermediate_size, dropout=0.0, activation=c.hidden_act)
-        self.ffn_norm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, return_weights: bool = False, causal: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attention(x, mask=mask, return_weights=return_weights, causal=causal)
-        x = self.attention_norm(x + self.dropout(a))
-        x = self.ffn_norm(x + self.dropout(self.ffn(x)))
-        return x, weights
+        return self.sublayers(x, a), weights
 
 
 class BertEncoder(nn.Module):
@@ -538,6 +535,17 @@ class WithMLMHead(_BertWithHeads):
         logits = self.mlm_head(hidden[chosen])
         return logits, masked_lm_loss(logits, labels[chosen])
 
+    @staticmethod
+    def _pair_loss(pair_logits: Tensor, pair_label: Tensor | None) -> Tensor | None:
+        """The sentence-pair head's cross-entropy (NSP, SOP); None without ``pair_label``."""
+        return F.cross_entropy(pair_logits.float(), pair_label.view(-1)) if pair_label is not None else None
+
+    @staticmethod
+    def _pretraining_loss(*parts: Tensor | None) -> Tensor | None:
+        """The sum of the loss parts whose labels are given (None when none is)."""
+        given = [x for x in parts if x is not None]
+        return sum(given) if given else None
+
 
 class BertForPreTraining(WithMLMHead):
     """BERT with both pre-training heads: masked-LM and next-sentence prediction.
@@ -566,16 +574,11 @@ class BertForPreTraining(WithMLMHead):
         """``masked_only=True``: MLM logits only at labelled positions (see :meth:`WithMLMHead._mlm`)."""
         logits, mlm = self._mlm(out.last_hidden_state, labels, masked_only)
         nsp_logits = self.nsp_head(out.pooler_output)
-        nsp = (
-            F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1))
-            if next_sentence_label is not None
-            else None
-        )
-        parts = [x for x in (mlm, nsp) if x is not None]
+        nsp = self._pair_loss(nsp_logits, next_sentence_label)
         return self._output(
             BertForPreTrainingOutput,
             out,
-            loss=sum(parts) if parts else None,
+            loss=self._pretraining_loss(mlm, nsp),
             prediction_logits=logits,
             seq_relationship_logits=nsp_logits,
             mlm_loss=mlm,

@@ -127,6 +127,7 @@ from ..nn.attention import causal_mask
 from ..nn.checks import check_id_ranges, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
+from ..nn.layer import PostLNLayer
 from ..nn.relative import (
     RelativeAttention,
     check_mems,
@@ -306,26 +307,24 @@ class TransfoXLRelativeAttention(RelativeAttention):
         return self.w_o(self.merge_heads(out)), weights
 
 
-class TransfoXLLayer(nn.Module):
+class TransfoXLLayer(PostLNLayer):
     """One post-LN layer: relative attention over ``[mem; h]``, then the feed-forward network,
     each with dropout, a residual connection and a LayerNorm."""
 
     def __init__(self, config: TransfoXLConfig):
-        super().__init__()
         c = config
-        self.attention = TransfoXLRelativeAttention(c.d_model, c.n_head, dropout=c.dropatt)
-        self.attention_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_epsilon)
-        self.ffn = FeedForward(c.d_model, c.d_inner, dropout=c.dropout, activation=c.ff_activation)
-        self.ffn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_epsilon)
-        self.dropout = nn.Dropout(c.dropout)
+        super().__init__(
+            TransfoXLRelativeAttention(c.d_model, c.n_head, dropout=c.dropatt),
+            FeedForward(c.d_model, c.d_inner, dropout=c.dropout, activation=c.ff_activation),
+            dropout=c.dropout,
+            eps=c.layer_norm_epsilon,
+        )
 
     def forward(
         self, h: Tensor, *, pos_emb: Tensor, mem: Tensor | None = None, return_weights: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         a, weights = self.attention(h, pos_emb=pos_emb, mem=mem, return_weights=return_weights)
-        h = self.attention_norm(h + self.dropout(a))
-        h = self.ffn_norm(h + self.dropout(self.ffn(h)))
-        return h, weights
+        return self.sublayers(h, a), weights
 
 
 # ---------------------------------------------------------------------------------------
@@ -447,6 +446,8 @@ class TransfoXLLMHeadModel(TiedLMHeadModel):
 
     config_class = TransfoXLConfig
     body_class = TransfoXLModel
+    output_class = TransfoXLLMHeadModelOutput
+    loss_fn = staticmethod(next_token_loss)
     std_field = "init_std"
 
     def forward(
@@ -466,14 +467,7 @@ class TransfoXLLMHeadModel(TiedLMHeadModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(out.last_hidden_state)
-        return TransfoXLLMHeadModelOutput(
-            loss=next_token_loss(logits, labels) if labels is not None else None,
-            logits=logits,
-            mems=out.mems,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return self.head_output(out, labels)
 
 
 # ---------------------------------------------------------------------------------------

@@ -155,6 +155,7 @@ from torch import Tensor, nn
 from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
 from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
+from ..nn.layer import PostLNLayer
 from ..nn.relative import (
     RelativeAttention,
     check_mems,
@@ -350,23 +351,18 @@ class XLNetRelativeAttention(RelativeAttention):
         return out_h, out_g, ((w_h, w_g) if return_weights else None)
 
 
-class XLNetLayer(nn.Module):
+class XLNetLayer(PostLNLayer):
     """One post-LN layer, applied to both streams with the same weights: relative attention,
-    then the feed-forward network (named like :class:`~course_lib.models.bert.BertLayer`)."""
+    then the feed-forward network (as :class:`~course_lib.models.bert.BertLayer`)."""
 
     def __init__(self, config: XLNetConfig):
-        super().__init__()
         c = config
-        self.attention = XLNetRelativeAttention(c.d_model, c.n_head, dropout=c.dropout)
-        self.attention_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
-        self.ffn = FeedForward(c.d_model, c.d_inner, dropout=c.dropout, activation=c.ff_activation)
-        self.ffn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
-        self.dropout = nn.Dropout(c.dropout)
-
-    def sublayers(self, x: Tensor, attended: Tensor) -> Tensor:
-        """The residual connections, LayerNorms and the feed-forward network around the attention."""
-        x = self.attention_norm(x + self.dropout(attended))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+        super().__init__(
+            XLNetRelativeAttention(c.d_model, c.n_head, dropout=c.dropout),
+            FeedForward(c.d_model, c.d_inner, dropout=c.dropout, activation=c.ff_activation),
+            dropout=c.dropout,
+            eps=c.layer_norm_eps,
+        )
 
     def forward(
         self, h: Tensor, g: Tensor | None = None, **attention_args: Any
@@ -613,6 +609,8 @@ class XLNetLMHeadModel(TiedLMHeadModel):
 
     config_class = XLNetConfig
     body_class = XLNetModel
+    output_class = XLNetLMHeadModelOutput
+    loss_fn = staticmethod(masked_lm_loss)
 
     def forward(
         self,
@@ -641,14 +639,7 @@ class XLNetLMHeadModel(TiedLMHeadModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.lm_head(out.last_hidden_state)
-        return XLNetLMHeadModelOutput(
-            loss=masked_lm_loss(logits, labels) if labels is not None else None,
-            logits=logits,
-            mems=out.mems,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+        return self.head_output(out, labels)
 
     def hf_names(self) -> dict[str, str]:
         """Our parameter names -> ``transformers.XLNetLMHeadModel``'s (a tied head maps to the

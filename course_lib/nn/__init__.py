@@ -13,6 +13,7 @@ from .attention import (
     padding_mask,
 )
 from .feedforward import ACTIVATIONS, FeedForward, get_activation
+from .layer import PostLNLayer
 from .parameters import count_parameters
 from .positional import (
     LearnedPositionalEmbedding,
@@ -36,6 +37,7 @@ __all__ = [
     "ACTIVATIONS",
     "FeedForward",
     "get_activation",
+    "PostLNLayer",
     "count_parameters",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
