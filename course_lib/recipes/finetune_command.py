@@ -305,6 +305,10 @@ def load_finetuned(
     return model, tokenizer, json.loads((folder / "labels.json").read_text())["labels"]
 
 
+# finetune_folder's options that the command line gives under the same names
+_OPTIONS = ("heldout", "steps", "batch_size", "lr", "dropout", "seed", "freeze_body", "device")
+
+
 def _cmd(args: argparse.Namespace) -> int:
     from ..train import progress_enabled
     from .train_command import check_arguments
@@ -312,21 +316,9 @@ def _cmd(args: argparse.Namespace) -> int:
     progress = progress_enabled()
     try:
         check_arguments(args, "finetune")  # --device and --out as course train checks them
+        options = {name: getattr(args, name) for name in _OPTIONS}
         metrics = finetune_folder(
-            args.model,
-            args.task,
-            args.train,
-            args.out,
-            eval_file=args.eval,
-            heldout=args.heldout,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            dropout=args.dropout,
-            seed=args.seed,
-            freeze_body=args.freeze_body,
-            device=args.device,
-            progress=progress,
+            args.model, args.task, args.train, args.out, eval_file=args.eval, progress=progress, **options
         )
     except (ValueError, FileNotFoundError) as exc:
         print(f"course finetune: {exc}", file=sys.stderr)
