@@ -61,6 +61,7 @@ __all__ = [
     "run_metadata",
     "save_folder",
     "require_files",
+    "saved_architecture",
     "save_model",
     "load_model",
     "module_main",
@@ -534,6 +535,20 @@ def save_model(
     config = {"architecture": architecture, **model.config.to_dict()}
     texts = {"config.json": json.dumps(config, indent=1), **texts}
     return save_folder(out_dir, model, {"architecture": architecture, **dict(metadata or {})}, texts)
+
+
+def saved_architecture(folder: Path | str) -> str:
+    """The registered class name that a model folder's ``config.json`` records
+    (``"BertForPreTraining"`` when it names none, as in older folders), read without loading
+    the model: ``FileNotFoundError`` when the folder has no ``config.json``, ``ValueError``
+    when it is not JSON."""
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{folder} is not a model folder written by `course train` (no config.json)")
+    try:
+        return json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+    except ValueError:
+        raise ValueError(f"{config} is not valid JSON") from None
 
 
 def load_model(

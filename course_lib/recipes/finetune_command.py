@@ -134,17 +134,9 @@ def _split(items: list, heldout: float) -> tuple[list, list]:
 
 
 def _load_start(model_dir: Path, device: torch.device) -> tuple[nn.Module, Any]:
-    from .common import load_pretrained
+    from .common import load_pretrained, saved_architecture
 
-    config = model_dir / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(
-            f"{model_dir} is not a model folder written by `course train` (no config.json)"
-        )
-    try:
-        architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
-    except ValueError:
-        raise ValueError(f"{config} is not valid JSON") from None
+    architecture = saved_architecture(model_dir)
     if not architecture.startswith(("Bert", "Albert", "Roberta")) or architecture == "BertLMHeadModel":
         raise ValueError(
             f"{model_dir} holds a {architecture}: course finetune starts from a masked LM trained by "
