@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -353,12 +354,13 @@ def pretrain_bert(
         held = pretraining_examples(held_docs, tokenizer, **pairs, seed=seed + 1)
         if direction == "right_to_left":
             held = reverse_sequences(held)
-    masker = data.masker
-
-    def eval_fn(m: nn.Module) -> dict[str, float]:
-        if held is None:
-            return {}
-        return evaluate_causal_lm(m, held) if causal else evaluate_mlm(m, held, masker, seed=seed)
+    # the held-out evaluation (none without held-out documents)
+    if held is None:
+        eval_fn = None
+    elif causal:
+        eval_fn = partial(evaluate_causal_lm, examples=held)
+    else:
+        eval_fn = partial(evaluate_mlm, examples=held, masker=data.masker, seed=seed)
 
     model = new_model(model_class, config, seed=seed, device=device, init=init)
 
@@ -368,7 +370,7 @@ def pretrain_bert(
             data,
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn if held is not None else None,
+            eval_fn=eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc=f"{direction.replace('_', '-')} LM pretraining"

@@ -40,6 +40,7 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -204,10 +205,9 @@ def pretrain_transfo_xl(
         )
         return {"input_ids": rows[order[k * batch_size : (k + 1) * batch_size]]}
 
-    def eval_fn(m: nn.Module) -> dict[str, float]:
-        return (
-            evaluate_transfo_xl(m, held, segment_len=segment_len, mem_len=mem_len) if held is not None else {}
-        )
+    eval_fn = None  # the held-out evaluation (none without held-out rows)
+    if held is not None:
+        eval_fn = partial(evaluate_transfo_xl, rows=held, segment_len=segment_len, mem_len=mem_len)
 
     model = new_model(TransfoXLLMHeadModel, config, seed=seed, device=device, init=init)
 
@@ -221,7 +221,7 @@ def pretrain_transfo_xl(
             loss_fn,
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn if held is not None else None,
+            eval_fn=eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc="Transformer-XL pretraining" + (" (no memory)" if mem_len == 0 else ""),

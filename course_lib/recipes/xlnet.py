@@ -224,8 +224,9 @@ def pretrain_xlnet(
     data = pretraining_data(examples, tokenizer, masking="none", batch_size=batch_size, seed=seed)
     held = pretraining_examples(held_docs, tokenizer, **rows, seed=seed + 1) if held_docs else None
 
-    def eval_fn(m: nn.Module) -> dict[str, float]:
-        return evaluate_plm(m, held, K=K, n_predict=n_predict, seed=seed) if held is not None else {}
+    eval_fn = None  # the held-out evaluation (none without held-out documents)
+    if held is not None:
+        eval_fn = partial(evaluate_plm, examples=held, K=K, n_predict=n_predict, seed=seed)
 
     model = new_model(XLNetLMHeadModel, config, seed=seed, device=device, init=init)
 
@@ -237,7 +238,7 @@ def pretrain_xlnet(
             partial(plm_loss, K=K, n_predict=n_predict, generator=orders),
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn if held is not None else None,
+            eval_fn=eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc="XLNet pretraining (permutation LM)",
