@@ -9,6 +9,10 @@ from . import release as _release
 __all__ = ["register"]
 
 
+# grade_files's options that the command line gives under the same names
+_GRADE_OPTIONS = ("assignment", "jobs", "timeout", "check_timeout", "solutions", "sandbox", "format")
+
+
 def _grade_cmd(args) -> int:
     from .grade import GradeError, grade_files
     from .sandbox import SandboxLimits
@@ -21,18 +25,8 @@ def _grade_cmd(args) -> int:
     if args.check_memory_mb:
         limits.check_memory_mb = args.check_memory_mb
     try:
-        rows = grade_files(
-            args.submissions,
-            args.out,
-            assignment=args.assignment,
-            jobs=args.jobs,
-            timeout=args.timeout,
-            check_timeout=args.check_timeout,
-            solutions=args.solutions,
-            sandbox=args.sandbox,
-            limits=limits,
-            format=args.format,
-        )
+        options = {name: getattr(args, name) for name in _GRADE_OPTIONS}
+        rows = grade_files(args.submissions, args.out, limits=limits, **options)
     except GradeError as exc:
         print(f"course grade: {exc}", file=sys.stderr)
         return 1

@@ -79,72 +79,41 @@ def prctl_hardening() -> list[str]:
     return []
 
 
-# System calls the student's process may not make, by architecture (seccomp): the memory
-# that rlimits do not see (SysV shared memory, message queues and semaphores; memfd; a
-# tmpfs mounted in a new user and mount namespace), new namespaces of any kind, and
-# reading or writing other processes' memory (the zygote runs as the same user).
-_SECCOMP_ARCH = {
-    "x86_64": (
-        0xC000003E,
-        {
-            "shmget": 29,
-            "semget": 64,
-            "msgget": 68,
-            "ptrace": 101,
-            "pivot_root": 155,
-            "mount": 165,
-            "umount2": 166,
-            "add_key": 248,
-            "request_key": 249,
-            "keyctl": 250,
-            "unshare": 272,
-            "perf_event_open": 298,
-            "setns": 308,
-            "process_vm_readv": 310,
-            "process_vm_writev": 311,
-            "memfd_create": 319,
-            "bpf": 321,
-            "userfaultfd": 323,
-            "open_tree": 428,
-            "move_mount": 429,
-            "fsopen": 430,
-            "fsconfig": 431,
-            "fsmount": 432,
-            "mount_setattr": 442,
-        },
-        56,
-    ),
-    "aarch64": (
-        0xC00000B7,
-        {
-            "mount": 40,
-            "umount2": 39,
-            "pivot_root": 41,
-            "unshare": 97,
-            "ptrace": 117,
-            "msgget": 186,
-            "semget": 190,
-            "shmget": 194,
-            "add_key": 217,
-            "request_key": 218,
-            "keyctl": 219,
-            "perf_event_open": 241,
-            "setns": 268,
-            "process_vm_readv": 270,
-            "process_vm_writev": 271,
-            "memfd_create": 279,
-            "bpf": 280,
-            "userfaultfd": 282,
-            "open_tree": 428,
-            "move_mount": 429,
-            "fsopen": 430,
-            "fsconfig": 431,
-            "fsmount": 432,
-            "mount_setattr": 442,
-        },
-        220,
-    ),
+# System calls the student's process may not make (seccomp): the memory that rlimits do not
+# see (SysV shared memory, message queues and semaphores; memfd; a tmpfs mounted in a new user
+# and mount namespace), new namespaces of any kind, and reading or writing other processes'
+# memory (the zygote runs as the same user). Their numbers on each architecture, one column
+# per entry of _SECCOMP_ARCHES.
+_DENIED_SYSCALLS = {
+    #                   x86_64  aarch64
+    "shmget": (29, 194),
+    "semget": (64, 190),
+    "msgget": (68, 186),
+    "ptrace": (101, 117),
+    "pivot_root": (155, 41),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "keyctl": (250, 219),
+    "unshare": (272, 97),
+    "perf_event_open": (298, 241),
+    "setns": (308, 268),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "memfd_create": (319, 279),
+    "bpf": (321, 280),
+    "userfaultfd": (323, 282),
+    "open_tree": (428, 428),
+    "move_mount": (429, 429),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "mount_setattr": (442, 442),
 }
+# the architectures (platform.machine()) in the order of the table's columns: the audit
+# architecture seccomp checks first, and the number of clone (whose flags the filter reads)
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 56), "aarch64": (0xC00000B7, 220)}
 
 
 _CLONE3 = 435
@@ -156,15 +125,17 @@ def seccomp_program(machine: str) -> bytes | None:
     import errno
     import struct
 
-    if machine not in _SECCOMP_ARCH:
+    if machine not in _SECCOMP_ARCHES:
         return None
-    arch, denied, clone_nr = _SECCOMP_ARCH[machine]
+    arch, clone_nr = _SECCOMP_ARCHES[machine]
+    column = list(_SECCOMP_ARCHES).index(machine)
+    denied = sorted(numbers[column] for numbers in _DENIED_SYSCALLS.values())
     ld, jeq, jge, and_, ret = 0x20, 0x15, 0x35, 0x54, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm), (ld, 0, 0, 0)]
     if machine == "x86_64":  # the x32 ABI's numbers: refused
         prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
-    for nr in sorted(denied.values()):
+    for nr in denied:
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
     prog += [
         (jeq, 0, 1, _CLONE3),

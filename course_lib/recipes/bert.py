@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -42,7 +43,7 @@ from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
 from ..data.documents import sentence_texts, split_documents, train_tokenizer
-from ..device import get_device, seed_everything
+from ..device import get_device
 from ..models.albert import AlbertConfig
 from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertLMHeadModel
 from ..objectives import MaskedLMData, causal_lm_loss, pretraining_loss, reverse_sequences
@@ -60,11 +61,12 @@ from .common import (
     DEFAULT_LR,
     MODEL_CLASSES,
     PretrainedModel,
-    data_spec,
+    RecipeInputs,
+    new_model,
     registered_class,
     require_positive,
     sized,
-    train_cached,
+    train_pretrained,
 )
 
 __all__ = ["CAUSAL_DIRECTIONS", "bert_config", "pretrain", "pretrain_bert"]
@@ -345,35 +347,22 @@ def pretrain_bert(
             f"batch_size={batch_size}; "
             "give more text or a smaller batch size"
         )
-    data = pretraining_data(
-        examples,
-        tokenizer,
-        masking=masking,
-        static_copies=static_copies,
-        batch_size=batch_size,
-        mlm_probability=mlm_probability,
-        seed=seed,
-    )
+    masks = dict(masking=masking, static_copies=static_copies, mlm_probability=mlm_probability)
+    data = pretraining_data(examples, tokenizer, **masks, batch_size=batch_size, seed=seed)
     held = None
     if held_docs:
         held = pretraining_examples(held_docs, tokenizer, **pairs, seed=seed + 1)
         if direction == "right_to_left":
             held = reverse_sequences(held)
-    masker = data.masker
+    # the held-out evaluation (none without held-out documents)
+    if held is None:
+        eval_fn = None
+    elif causal:
+        eval_fn = partial(evaluate_causal_lm, examples=held)
+    else:
+        eval_fn = partial(evaluate_mlm, examples=held, masker=data.masker, seed=seed)
 
-    def eval_fn(m: nn.Module) -> dict[str, float]:
-        if held is None:
-            return {}
-        return evaluate_causal_lm(m, held) if causal else evaluate_mlm(m, held, masker, seed=seed)
-
-    seed_everything(seed)
-    model = model_class(config).to(device)
-    if init is not None:
-        if type(init) is not type(model) or init.config.to_dict() != config.to_dict():
-            raise ValueError(
-                f"init must be a {type(model).__name__} with the same configuration as the model to train"
-            )
-        model.load_state_dict(init.state_dict())
+    model = new_model(model_class, config, seed=seed, device=device, init=init)
 
     def train(m: nn.Module) -> History:
         return pretrain(
@@ -381,7 +370,7 @@ def pretrain_bert(
             data,
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn if held is not None else None,
+            eval_fn=eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc=f"{direction.replace('_', '-')} LM pretraining"
@@ -390,28 +379,9 @@ def pretrain_bert(
             loss_fn=causal_lm_loss if causal else pretraining_loss,
         )
 
-    def spec() -> dict[str, Any]:
-        # every option that decides the model, always (no conditional keys)
-        return dict(
-            recipe="pretrain_bert",
-            architecture=model_class.__name__,
-            config=config.to_dict(),
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            masking=masking,
-            static_copies=static_copies,
-            pair_task=pair_task,
-            nsp_unit=nsp_unit,
-            row_unit=row_unit,
-            causal=causal,
-            direction=direction,
-            max_len=max_len,
-            mlm_probability=mlm_probability,
-            seed=seed,
-            eval_every=eval_every,
-            **data_spec(train_docs, held_docs, tokenizer, init),
-        )
-
-    history = train_cached(cache_name, model, spec, train)
-    return PretrainedModel(model, tokenizer, history)
+    # the cache key: every option that decides the model, always (no conditional keys)
+    loop = dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every)
+    objective = dict(architecture=model_class.__name__, causal=causal, direction=direction)
+    options = {**loop, **pairs, **masks, **objective}
+    inputs = RecipeInputs(train_docs, held_docs, tokenizer, init)
+    return train_pretrained("pretrain_bert", model, train, options, inputs, cache_name=cache_name)

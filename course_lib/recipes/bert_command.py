@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,16 +31,15 @@ from ..objectives.pretraining import ROW_UNITS
 from ..train import History
 from .bert import pretrain_bert
 from .common import (
-    SIZES,
+    PRETRAINING_OPTIONS,
     PretrainedModel,
-    TrainingOptions,
     add_recipe_command,
+    document_arguments,
     module_main,
     positive,
     pretraining_summary,
     registered_class,
     run_document_recipe,
-    training_arguments,
 )
 
 __all__ = ["register", "main"]
@@ -70,12 +70,10 @@ def _cmd(args: argparse.Namespace) -> int:
             row_unit=args.row_unit,
             causal=args.causal is not None,
             direction=(args.causal or "left-to-right").replace("-", "_"),
-            tokenizer_kind=args.tokenizer,
-            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             mlm_probability=getattr(args, "mask_rate", None) or 0.15,
             device=device,
             **_pair_arguments(args),
-            **training_arguments(args),
+            **document_arguments(args),
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
@@ -160,17 +158,7 @@ def register(sub) -> None:
         "and save "
         "model.safetensors, config.json and tokenizer.json in --out. Documents are separated by blank lines.",
         out_help="folder for the model, its config and tokenizer",
-        training=TrainingOptions(
-            sizes=sorted(SIZES),
-            size_help="model shape (default small; base-like = BERT-base)",
-            steps=2000,
-            batch_size=64,
-            batch_unit="sequences",
-            max_len=128,
-            max_len_help="tokens per sequence",
-            vocab_size=8000,
-            vocab_help="tokenizer vocabulary",
-        ),
+        training=replace(PRETRAINING_OPTIONS, size_help="model shape (default small; base-like = BERT-base)"),
         options=_options,
         run=_cmd,
     )

@@ -31,7 +31,7 @@ from torch import nn
 from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
 from ..data import load_documents
 from ..data.documents import sentence_texts
-from ..device import get_device
+from ..device import get_device, seed_everything
 from ..models.albert import AlbertForMaskedLM, AlbertForPreTraining
 from ..models.bert import BertForMaskedLM, BertForPreTraining, BertLMHeadModel
 from ..models.roberta import RobertaForMaskedLM
@@ -55,11 +55,13 @@ __all__ = [
     "init_distributed",
     "TrainingOptions",
     "training_arguments",
+    "document_arguments",
     "add_recipe_command",
     "run_recipe",
     "run_metadata",
     "save_folder",
     "require_files",
+    "saved_architecture",
     "save_model",
     "load_model",
     "module_main",
@@ -68,11 +70,15 @@ __all__ = [
     "XL_NAMES",
     "sized",
     "DEFAULT_LR",
+    "PRETRAINING_OPTIONS",
     "documents_fingerprint",
     "tokenizer_fingerprint",
     "weights_fingerprint",
     "data_spec",
     "PretrainedModel",
+    "RecipeInputs",
+    "new_model",
+    "train_pretrained",
     "save_pretrained",
     "run_document_recipe",
     "pretraining_summary",
@@ -345,6 +351,13 @@ def training_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
+def document_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`training_arguments` and what every recipe that trains on documents reads from its
+    command line: ``tokenizer_kind`` (``--tokenizer``) and ``heldout`` (``--heldout``; 0: none)."""
+    heldout = getattr(args, "heldout", 0.05) or None
+    return {**training_arguments(args), "tokenizer_kind": args.tokenizer, "heldout": heldout}
+
+
 def add_recipe_command(
     sub: Any,
     command: str,
@@ -524,6 +537,20 @@ def save_model(
     return save_folder(out_dir, model, {"architecture": architecture, **dict(metadata or {})}, texts)
 
 
+def saved_architecture(folder: Path | str) -> str:
+    """The registered class name that a model folder's ``config.json`` records
+    (``"BertForPreTraining"`` when it names none, as in older folders), read without loading
+    the model: ``FileNotFoundError`` when the folder has no ``config.json``, ``ValueError``
+    when it is not JSON."""
+    config = Path(folder) / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{folder} is not a model folder written by `course train` (no config.json)")
+    try:
+        return json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+    except ValueError:
+        raise ValueError(f"{config} is not valid JSON") from None
+
+
 def load_model(
     path: Path | str,
     files: tuple[str, ...],
@@ -606,6 +633,19 @@ def sized(size: str, names: Mapping[str, str]) -> dict[str, int]:
 
 DEFAULT_LR = {"tiny": 3e-3, "small": 1e-3, "medium": 5e-4, "base-like": 1e-4}  # peak Adam learning rates
 
+# the defaults of the transformer pretraining commands (course train bert, xlnet, transfo-xl)
+PRETRAINING_OPTIONS = TrainingOptions(
+    sizes=sorted(SIZES),
+    size_help="model shape (default small; the same shapes as pretrain-bert)",
+    steps=2000,
+    batch_size=64,
+    batch_unit="sequences",
+    max_len=128,
+    max_len_help="tokens per sequence",
+    vocab_size=8000,
+    vocab_help="tokenizer vocabulary",
+)
+
 
 def documents_fingerprint(documents: Sequence[Any]) -> str:
     """A short hash of the documents' sentences (changes when the training text changes)."""
@@ -645,6 +685,56 @@ class PretrainedModel(NamedTuple):
     model: nn.Module  # the trained model of the recipe's (registered) class; eval mode
     tokenizer: Any  # the tokenizers.Tokenizer the model reads
     history: History  # losses per step; evals["mlm_accuracy"] etc. on held-out documents
+
+
+class RecipeInputs(NamedTuple):
+    """What a pretraining recipe trains on besides its options (the data part of its cache
+    key, :func:`data_spec`)."""
+
+    train_docs: Sequence[Any]
+    held_docs: Sequence[Any]
+    tokenizer: Any
+    init: nn.Module | None  # the model to start from (continued pretraining), or None
+
+
+def new_model(
+    model_class: type[nn.Module], config: Any, *, seed: int, device: torch.device, init: nn.Module | None
+) -> nn.Module:
+    """A recipe's model to train: ``model_class(config)`` on ``device``, its weights drawn after
+    seeding everything with ``seed``, or copied from ``init`` (a model of the same class and
+    configuration; it is not modified)."""
+    seed_everything(seed)
+    model = model_class(config).to(device)
+    if init is not None:
+        if type(init) is not type(model) or init.config.to_dict() != config.to_dict():
+            name = model_class.__name__
+            raise ValueError(
+                f"init must be {'an' if name[0] in 'AEIOU' else 'a'} {name} with the same configuration as "
+                "the model to train"
+            )
+        model.load_state_dict(init.state_dict())
+    return model
+
+
+def train_pretrained(
+    recipe: str,
+    model: nn.Module,
+    train: Callable[[nn.Module], History],
+    options: Mapping[str, Any],
+    inputs: RecipeInputs,
+    *,
+    cache_name: str | None,
+) -> PretrainedModel:
+    """The end of every pretraining recipe: ``train(model)``, through :func:`train_cached` with a
+    ``cache_name``, keyed by the recipe's name, the model's configuration, ``options`` (every
+    option that decides the model, listed unconditionally) and the data (:func:`data_spec` of
+    ``inputs``); returns ``(model, tokenizer, history)``."""
+
+    def spec() -> dict[str, Any]:
+        return {"recipe": recipe, "config": model.config.to_dict(), **options, **data_spec(*inputs)}
+
+    history = train_cached(cache_name, model, spec, train)
+    return PretrainedModel(model, inputs.tokenizer, history)
 
 
 def save_pretrained(

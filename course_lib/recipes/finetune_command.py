@@ -134,17 +134,9 @@ def _split(items: list, heldout: float) -> tuple[list, list]:
 
 
 def _load_start(model_dir: Path, device: torch.device) -> tuple[nn.Module, Any]:
-    from .common import load_pretrained
+    from .common import load_pretrained, saved_architecture
 
-    config = model_dir / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(
-            f"{model_dir} is not a model folder written by `course train` (no config.json)"
-        )
-    try:
-        architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
-    except ValueError:
-        raise ValueError(f"{config} is not valid JSON") from None
+    architecture = saved_architecture(model_dir)
     if not architecture.startswith(("Bert", "Albert", "Roberta")) or architecture == "BertLMHeadModel":
         raise ValueError(
             f"{model_dir} holds a {architecture}: course finetune starts from a masked LM trained by "
@@ -305,6 +297,10 @@ def load_finetuned(
     return model, tokenizer, json.loads((folder / "labels.json").read_text())["labels"]
 
 
+# finetune_folder's options that the command line gives under the same names
+_OPTIONS = ("heldout", "steps", "batch_size", "lr", "dropout", "seed", "freeze_body", "device")
+
+
 def _cmd(args: argparse.Namespace) -> int:
     from ..train import progress_enabled
     from .train_command import check_arguments
@@ -312,21 +308,9 @@ def _cmd(args: argparse.Namespace) -> int:
     progress = progress_enabled()
     try:
         check_arguments(args, "finetune")  # --device and --out as course train checks them
+        options = {name: getattr(args, name) for name in _OPTIONS}
         metrics = finetune_folder(
-            args.model,
-            args.task,
-            args.train,
-            args.out,
-            eval_file=args.eval,
-            heldout=args.heldout,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            dropout=args.dropout,
-            seed=args.seed,
-            freeze_body=args.freeze_body,
-            device=args.device,
-            progress=progress,
+            args.model, args.task, args.train, args.out, eval_file=args.eval, progress=progress, **options
         )
     except (ValueError, FileNotFoundError) as exc:
         print(f"course finetune: {exc}", file=sys.stderr)

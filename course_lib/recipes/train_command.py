@@ -256,14 +256,13 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
         if getattr(args, "precision", None) == "fp16" and device.type == "cpu":
             warnings.warn("--precision fp16 on a CPU is slower than fp32 (no fp16 kernels); use fp32 or bf16")
     if objective == "distill" and getattr(args, "teacher", None):
-        import json
+        from .common import saved_architecture
 
-        config = Path(args.teacher) / "config.json"
-        if config.is_file():
+        if (Path(args.teacher) / "config.json").is_file():
             try:
-                architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
-            except ValueError:
-                raise ValueError(f"--teacher: {config} is not valid JSON") from None
+                architecture = saved_architecture(args.teacher)
+            except ValueError as e:
+                raise ValueError(f"--teacher: {e}") from None
             if not architecture.startswith(("Bert", "Albert")) or architecture == "BertLMHeadModel":
                 raise ValueError(
                     f"--teacher {args.teacher} holds a {architecture}; distillation needs a masked-LM "

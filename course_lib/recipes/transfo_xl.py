@@ -39,6 +39,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -46,25 +48,25 @@ from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
 from ..data.documents import split_documents, tokenize_documents, train_tokenizer
-from ..device import get_device, seed_everything
+from ..device import get_device
 from ..models.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel, segment_token_nll, segmented_nll
 from ..train import History, fit, model_device
 from .common import (
     DEFAULT_LR,
-    SIZES,
+    PRETRAINING_OPTIONS,
     XL_NAMES,
     PretrainedModel,
-    TrainingOptions,
+    RecipeInputs,
     add_recipe_command,
-    data_spec,
+    document_arguments,
     module_main,
+    new_model,
     positive,
     pretraining_summary,
     require_positive,
     run_document_recipe,
     sized,
-    train_cached,
-    training_arguments,
+    train_pretrained,
 )
 
 __all__ = [
@@ -203,19 +205,11 @@ def pretrain_transfo_xl(
         )
         return {"input_ids": rows[order[k * batch_size : (k + 1) * batch_size]]}
 
-    def eval_fn(m: nn.Module) -> dict[str, float]:
-        return (
-            evaluate_transfo_xl(m, held, segment_len=segment_len, mem_len=mem_len) if held is not None else {}
-        )
+    eval_fn = None  # the held-out evaluation (none without held-out rows)
+    if held is not None:
+        eval_fn = partial(evaluate_transfo_xl, rows=held, segment_len=segment_len, mem_len=mem_len)
 
-    seed_everything(seed)
-    model = TransfoXLLMHeadModel(config).to(device)
-    if init is not None:
-        if type(init) is not type(model) or init.config.to_dict() != config.to_dict():
-            raise ValueError(
-                "init must be a TransfoXLLMHeadModel with the same configuration as the model to train"
-            )
-        model.load_state_dict(init.state_dict())
+    model = new_model(TransfoXLLMHeadModel, config, seed=seed, device=device, init=init)
 
     def train(m: nn.Module) -> History:
         def loss_fn(model: nn.Module, batch: Mapping[str, Tensor]):
@@ -227,28 +221,16 @@ def pretrain_transfo_xl(
             loss_fn,
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn if held is not None else None,
+            eval_fn=eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc="Transformer-XL pretraining" + (" (no memory)" if mem_len == 0 else ""),
         )
 
-    def spec() -> dict[str, Any]:
-        return dict(
-            recipe="pretrain_transfo_xl",
-            config=config.to_dict(),
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            segment_len=segment_len,
-            segments_per_row=segments_per_row,
-            seed=seed,
-            eval_every=eval_every,
-            **data_spec(train_docs, held_docs, tokenizer, init),
-        )
-
-    history = train_cached(cache_name, model, spec, train)
-    return PretrainedModel(model, tokenizer, history)
+    loop = dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every)
+    options = dict(segment_len=segment_len, segments_per_row=segments_per_row, **loop)
+    inputs = RecipeInputs(train_docs, held_docs, tokenizer, init)
+    return train_pretrained("pretrain_transfo_xl", model, train, options, inputs, cache_name=cache_name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -258,7 +240,7 @@ def pretrain_transfo_xl(
 
 def _cmd(args: argparse.Namespace) -> int:
     def train(documents: list, device: torch.device) -> PretrainedModel:
-        kwargs = training_arguments(args)
+        kwargs = document_arguments(args)
         segment_len = kwargs.pop("max_len")  # --max-len is the segment's length
         return pretrain_transfo_xl(
             args.size,
@@ -266,8 +248,6 @@ def _cmd(args: argparse.Namespace) -> int:
             segment_len=segment_len,
             segments_per_row=args.segments_per_row,
             mem_len=args.mem_len,
-            tokenizer_kind=args.tokenizer,
-            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
             **kwargs,
         )
@@ -312,16 +292,12 @@ def register(sub) -> None:
         "in --out. "
         "Documents are separated by blank lines.",
         out_help="folder for the model, its config and tokenizer",
-        training=TrainingOptions(
-            sizes=sorted(SIZES),
-            size_help="model shape (default small; the same shapes as pretrain-bert)",
-            steps=2000,
+        training=replace(
+            PRETRAINING_OPTIONS,
             batch_size=32,
             batch_unit="rows of segments",
             max_len=32,
             max_len_help="tokens per segment",
-            vocab_size=8000,
-            vocab_help="tokenizer vocabulary",
         ),
         options=_options,
         run=_cmd,

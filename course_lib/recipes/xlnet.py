@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from ..data import load_documents, special_ids
 from ..data.documents import split_documents, train_tokenizer
-from ..device import get_device, seed_everything
+from ..device import get_device
 from ..models.bert import IGNORE_INDEX
 from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
 from ..objectives import trim_padding
@@ -54,20 +54,20 @@ from ..objectives.pretraining import ROW_UNITS, pretraining_data, pretraining_ex
 from ..train import History, evaluating, fit, model_device
 from .common import (
     DEFAULT_LR,
-    SIZES,
+    PRETRAINING_OPTIONS,
     XL_NAMES,
     PretrainedModel,
-    TrainingOptions,
+    RecipeInputs,
     add_recipe_command,
-    data_spec,
+    document_arguments,
     module_main,
+    new_model,
     positive,
     pretraining_summary,
     require_positive,
     run_document_recipe,
     sized,
-    train_cached,
-    training_arguments,
+    train_pretrained,
 )
 
 __all__ = [
@@ -224,17 +224,11 @@ def pretrain_xlnet(
     data = pretraining_data(examples, tokenizer, masking="none", batch_size=batch_size, seed=seed)
     held = pretraining_examples(held_docs, tokenizer, **rows, seed=seed + 1) if held_docs else None
 
-    def eval_fn(m: nn.Module) -> dict[str, float]:
-        return evaluate_plm(m, held, K=K, n_predict=n_predict, seed=seed) if held is not None else {}
+    eval_fn = None  # the held-out evaluation (none without held-out documents)
+    if held is not None:
+        eval_fn = partial(evaluate_plm, examples=held, K=K, n_predict=n_predict, seed=seed)
 
-    seed_everything(seed)
-    model = XLNetLMHeadModel(config).to(device)
-    if init is not None:
-        if type(init) is not type(model) or init.config.to_dict() != config.to_dict():
-            raise ValueError(
-                "init must be an XLNetLMHeadModel with the same configuration as the model to train"
-            )
-        model.load_state_dict(init.state_dict())
+    model = new_model(XLNetLMHeadModel, config, seed=seed, device=device, init=init)
 
     def train(m: nn.Module) -> History:
         orders = torch.Generator().manual_seed(seed + 104729)  # the training orders, reproducible
@@ -244,30 +238,16 @@ def pretrain_xlnet(
             partial(plm_loss, K=K, n_predict=n_predict, generator=orders),
             steps=steps,
             lr=lr,
-            eval_fn=eval_fn if held is not None else None,
+            eval_fn=eval_fn,
             eval_every=eval_every,
             progress=progress,
             desc="XLNet pretraining (permutation LM)",
         )
 
-    def spec() -> dict[str, Any]:
-        return dict(
-            recipe="pretrain_xlnet",
-            config=config.to_dict(),
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            K=K,
-            n_predict=n_predict,
-            row_unit=row_unit,
-            max_len=max_len,
-            seed=seed,
-            eval_every=eval_every,
-            **data_spec(train_docs, held_docs, tokenizer, init),
-        )
-
-    history = train_cached(cache_name, model, spec, train)
-    return PretrainedModel(model, tokenizer, history)
+    loop = dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=eval_every)
+    options = dict(K=K, n_predict=n_predict, row_unit=row_unit, max_len=max_len, **loop)
+    inputs = RecipeInputs(train_docs, held_docs, tokenizer, init)
+    return train_pretrained("pretrain_xlnet", model, train, options, inputs, cache_name=cache_name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,10 +263,8 @@ def _cmd(args: argparse.Namespace) -> int:
             K=args.K,
             n_predict=args.n_predict,
             row_unit=args.row_unit,
-            tokenizer_kind=args.tokenizer,
-            heldout=getattr(args, "heldout", 0.05) or None,  # --heldout 0: none
             device=device,
-            **training_arguments(args),
+            **document_arguments(args),
         )
 
     def summary(model: nn.Module, tokenizer, history: History, device: torch.device, seconds: float) -> str:
@@ -334,17 +312,7 @@ def register(sub) -> None:
         "and save model.safetensors, config.json and tokenizer.json in --out. Documents are separated by "
         "blank lines.",
         out_help="folder for the model, its config and tokenizer",
-        training=TrainingOptions(
-            sizes=sorted(SIZES),
-            size_help="model shape (default small; the same shapes as pretrain-bert)",
-            steps=2000,
-            batch_size=64,
-            batch_unit="sequences",
-            max_len=128,
-            max_len_help="tokens per sequence",
-            vocab_size=8000,
-            vocab_help="tokenizer vocabulary",
-        ),
+        training=PRETRAINING_OPTIONS,
         options=_options,
         run=_cmd,
     )

@@ -59,6 +59,7 @@ __all__ = [
     "load_study",
     "results_path",
     "pretrain_arms",
+    "text_and_tokenizer",
     "finetune_each",
     "register",
 ]
@@ -167,21 +168,32 @@ def pretrain_arms(
     return models, out
 
 
+def text_and_tokenizer(settings: Mapping[str, Any]) -> tuple[list, list, Any]:
+    """``(training documents, held-out documents, tokenizer)``: the generated corpus split by
+    ``settings["documents"]`` (:func:`~course_lib.data.documents.split_corpus`) and a tokenizer
+    trained on the training documents with ``settings["tokenizer"]``."""
+    from ..data.documents import split_corpus, train_tokenizer
+
+    train_docs, held_docs = split_corpus(**settings["documents"])
+    return train_docs, held_docs, train_tokenizer(train_docs, **settings["tokenizer"])
+
+
 def finetune_each(
     finetune: Callable[..., Any],
     starts: Mapping[str, tuple[Any, bool, float]],
-    tokenizer: Any,
     items: Sequence[Any],
     settings: Mapping[str, Any],
     *,
+    tokenizer: Any,
     seed: int,
     device: Any,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Fine-tune from each start (name -> ``(model or config, freeze the body, learning rate)``)
     with ``finetune`` (:func:`~course_lib.recipes.finetune.finetune_tagger` or
-    ``finetune_classifier``) on ``items`` for ``settings["steps"]`` steps of
-    ``settings["batch_size"]``; returns each run's history."""
+    ``finetune_classifier``) on ``items`` (read with ``tokenizer``) for ``settings["steps"]``
+    steps of ``settings["batch_size"]``; returns each run's history. A study that fine-tunes
+    several times binds its ``tokenizer``, ``seed`` and ``device`` once (``functools.partial``)."""
     histories = {}
     for name, (begin, frozen, lr) in starts.items():
         _, histories[name] = finetune(

@@ -3,12 +3,10 @@
 import argparse
 import sys
 
-from course_lib.studies import add_arguments, command
+from course_lib.studies import register
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m course_lib.studies")
-    add_arguments(parser)
-    args = parser.parse_args()
-    if args.action == "run" and not args.name:
-        parser.error("`run` needs the study's name")
-    sys.exit(command(args))
+    parser = argparse.ArgumentParser(prog="course")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["study", *sys.argv[1:]])
+    sys.exit(int(args.func(args) or 0))

@@ -27,10 +27,10 @@ the study. Cost is compared where it is exact, in the chapter (parameters, FLOPs
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ..analysis.layers import layer_transitions
-from ..data.documents import split_corpus, train_tokenizer
 from ..data.tasks import nsp_pairs, sop_pairs
 from ..device import get_device
 from ..models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
@@ -38,7 +38,7 @@ from ..models.sizes import parameter_breakdown
 from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import pretrain_bert
 from ..recipes.finetune import finetune_classifier
-from . import Study, finetune_each, register_study
+from . import Study, finetune_each, register_study, text_and_tokenizer
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -76,8 +76,7 @@ QUICK: dict[str, Any] = dict(
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    train_docs, held_docs = split_corpus(**s["documents"])
-    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
+    train_docs, held_docs, tokenizer = text_and_tokenizer(s)
     masker = make_masker(tokenizer)
     p = dict(s["pretrain"])
     max_len, unit = p["max_len"], p["nsp_unit"]
@@ -128,6 +127,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     # training pairs from training documents (their text was pretrained on, their labels never),
     # test pairs from the held-out documents
     t = s["transfer"]
+    finetune = partial(finetune_each, tokenizer=tokenizer, seed=seed, device=device)
     for task, make in (("sop", sop_pairs), ("nsp", nsp_pairs)):
         unit = t["sentences_per_unit"]
         train_items = [((a, b), y) for a, b, y in make(train_docs, seed=seed, sentences_per_unit=unit)][
@@ -140,16 +140,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             )
         starts: dict[str, Any] = {name: (models[name], False, t["lr"]) for name in t["starts"]}
         starts["random"] = (models["bert_shape"].config, False, t["lr"])
-        histories = finetune_each(
-            finetune_classifier,
-            starts,
-            tokenizer,
-            train_items,
-            t,
-            seed=seed,
-            device=device,
-            eval_items=test_items,
-        )
+        histories = finetune(finetune_classifier, starts, train_items, t, eval_items=test_items)
         for name, h in histories.items():
             out.setdefault(f"transfer_{task}", {})[name] = h.evals["accuracy"][-1]
     return out

@@ -18,17 +18,18 @@ For each seed, on the chapter's text, tokenizer and model size:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ..analysis.cloze import generate_greedy, generation_statistics, hidden_word_accuracy
 from ..data import topic_pairs
-from ..data.documents import segment_documents, split_corpus, train_tokenizer
+from ..data.documents import segment_documents
 from ..data.tasks import pos_tagging_task
 from ..device import get_device
 from ..objectives.pretraining import evaluate_causal_lm, evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import bert_config, pretrain_bert
 from ..recipes.finetune import finetune_classifier, finetune_tagger
-from . import Study, finetune_each, register_study
+from . import Study, finetune_each, register_study, text_and_tokenizer
 
 SETTINGS: dict[str, Any] = dict(
     documents=dict(n_docs=2100, seed=0, heldout=0.05),
@@ -55,8 +56,7 @@ QUICK: dict[str, Any] = dict(
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    train_docs, held_docs = split_corpus(**s["documents"])
-    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
+    train_docs, held_docs, tokenizer = text_and_tokenizer(s)
     masker = make_masker(tokenizer)
     p = s["pretrain"]
     config = bert_config("small", vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"])
@@ -136,6 +136,8 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
             "mlm_accuracy": h.evals["mlm_accuracy"][-1],
         }
 
+    finetune = partial(finetune_each, tokenizer=tokenizer, seed=seed, device=device)
+
     # tagging from 100 labelled sentences
     t = s["tagging"]
     tagset, items, evals = pos_tagging_task(t["train"], t["test"])
@@ -145,17 +147,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         "tag_mlm_only_finetuned": (models["mlm_only"].model, False, t["lr"]),
         "tag_random": (bert.config, False, t["lr"]),
     }
-    tagged = finetune_each(
-        finetune_tagger,
-        runs,
-        tokenizer,
-        items,
-        t,
-        seed=seed,
-        device=device,
-        num_labels=len(tagset),
-        eval_items=evals,
-    )
+    tagged = finetune(finetune_tagger, runs, items, t, num_labels=len(tagset), eval_items=evals)
     for name, h in tagged.items():
         out[name] = {"accuracy": h.evals["accuracy"][-1], "unseen_accuracy": h.evals["unseen_accuracy"][-1]}
 
@@ -170,16 +162,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         "pair_mlm_only": (models["mlm_only"].model, False, q["lr"]),
         "pair_random": (bert.config, False, q["lr"]),
     }
-    paired = finetune_each(
-        finetune_classifier,
-        starts,
-        tokenizer,
-        train_items,
-        q,
-        seed=seed,
-        device=device,
-        eval_items=test_items,
-    )
+    paired = finetune(finetune_classifier, starts, train_items, q, eval_items=test_items)
     for name, h in paired.items():
         out[name] = {"accuracy": h.evals["accuracy"][-1]}
     return out

@@ -35,14 +35,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.distill import tag_agreement
-from ..data.documents import split_corpus, train_tokenizer
 from ..data.tasks import pos_tagging_task
 from ..device import get_device
 from ..models.bert import BertForTokenClassification, init_from_teacher
 from ..recipes.bert import bert_config, pretrain_bert
 from ..recipes.distill import distill_pretrained, distill_tagger, student_config
 from ..recipes.finetune import finetune_tagger, tagging_accuracy
-from . import Study, register_study
+from . import Study, register_study, text_and_tokenizer
 
 SETTINGS: dict[str, Any] = dict(
     size="small",
@@ -99,8 +98,7 @@ def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list]:
     BERT, from chapter 3's text (``s["documents"]``, ``s["tokenizer"]``, ``s["size"]``,
     ``s["pretrain"]``: this study's settings; chapter 8's probes start from the same BERT),
     loaded from the course cache when chapter 3, 7 or 8 trained it."""
-    train_docs, held_docs = split_corpus(**s["documents"])
-    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
+    train_docs, held_docs, tokenizer = text_and_tokenizer(s)
     p = dict(s["pretrain"])
     config = bert_config(
         s["size"],

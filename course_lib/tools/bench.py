@@ -70,7 +70,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -484,15 +484,8 @@ def _cmd(args: argparse.Namespace) -> int:
 
     try:
         models = _parse_models(args.models)
-        shape = BenchShape(
-            batch=args.batch,
-            seq=args.seq,
-            layers=args.layers,
-            hidden=args.hidden,
-            heads=args.heads,
-            intermediate=args.intermediate,
-            vocab=args.vocab,
-        )
+        # the shape's fields are options of the same names (--batch, --seq, ...)
+        shape = BenchShape(**{f.name: getattr(args, f.name) for f in fields(BenchShape)})
         shape.validate()
         if args.repeats < 1:
             raise ValueError(f"--repeats must be positive, got {args.repeats}")

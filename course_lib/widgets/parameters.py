@@ -54,78 +54,54 @@ for _p in PRESETS.values():
     )
 del _p
 
-_SIZES = (
-    "vocab_size",
-    "embedding_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "num_hidden_groups",
-    "inner_group_num",
-)
+# The sizes :func:`size_config` takes, and their defaults: ALBERT-base's (V = 30000, E = 128).
+_SIZES = {
+    "vocab_size": 30000,
+    "embedding_size": 128,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "num_hidden_groups": 1,
+    "inner_group_num": 1,
+}
+_ALBERT_ONLY = ("embedding_size", "num_hidden_groups", "inner_group_num")  # BERT's embedding width is H
 
 
-def size_config(
-    model: str = "ALBERT",
-    *,
-    vocab_size: int = 30000,
-    embedding_size: int = 128,
-    hidden_size: int = 768,
-    num_hidden_layers: int = 12,
-    num_attention_heads: int = 12,
-    intermediate_size: int = 3072,
-    sharing: str = "all",
-    max_position_embeddings: int = 512,
-    type_vocab_size: int = 2,
-    num_hidden_groups: int = 1,
-    inner_group_num: int = 1,
-) -> BertConfig:
+def size_config(model: str = "ALBERT", *, sharing: str = "all", **sizes: int) -> BertConfig:
     """The config the widget's settings describe, or a ``ValueError`` that says what is wrong.
 
+    ``sizes``: any of ``vocab_size``, ``embedding_size``, ``hidden_size``,
+    ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``,
+    ``max_position_embeddings``, ``type_vocab_size``, ``num_hidden_groups`` and
+    ``inner_group_num`` (Hugging Face's names); the others keep ALBERT-base's values.
     ``model="BERT"`` gives a :class:`~course_lib.models.bert.BertConfig`: its embedding width
     is ``hidden_size``, so ``embedding_size``, ``sharing`` and the groups are not used.
     ``model="ALBERT"`` gives an :class:`~course_lib.models.albert.AlbertConfig`.
     """
+    unknown = sorted(set(sizes) - set(_SIZES))
+    if unknown:
+        raise TypeError(f"size_config() got unexpected keyword arguments {unknown}; sizes: {list(_SIZES)}")
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    sizes = dict(
-        vocab_size=vocab_size,
-        embedding_size=embedding_size,
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
-        type_vocab_size=type_vocab_size,
-        num_hidden_groups=num_hidden_groups,
-        inner_group_num=inner_group_num,
-    )
-    for name in _SIZES:
-        value = sizes[name]
+    sizes = {**_SIZES, **sizes}
+    for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    hidden_size, num_attention_heads = sizes["hidden_size"], sizes["num_attention_heads"]
     if hidden_size % num_attention_heads:
         raise ValueError(
             f"hidden_size={hidden_size} is not divisible by num_attention_heads={num_attention_heads}: "
             "each head works in hidden_size / heads dimensions "
             f"(try {_nearby_heads(hidden_size, num_attention_heads)})"
         )
-    albert_only = ("embedding_size", "num_hidden_groups", "inner_group_num")
-    common = {k: v for k, v in sizes.items() if k not in albert_only}
     if model == "BERT":
-        return BertConfig(**common)
+        return BertConfig(**{k: v for k, v in sizes.items() if k not in _ALBERT_ONLY})
     if sharing not in SHARING_MODES:
         raise ValueError(f"sharing must be one of {SHARING_MODES}, got {sharing!r}")
-    return AlbertConfig(
-        **common,
-        embedding_size=embedding_size,
-        sharing=sharing,
-        num_hidden_groups=num_hidden_groups,
-        inner_group_num=inner_group_num,
-    )
+    return AlbertConfig(**sizes, sharing=sharing)
 
 
 def _nearby_heads(hidden_size: int, heads: int) -> str:

@@ -28,7 +28,7 @@ from course_lib.objectives.pretraining import (
     pretraining_data,
     pretraining_examples,
 )
-from course_lib.recipes import bert as recipe
+from course_lib.recipes import common as recipe_common
 from course_lib.recipes.bert import pretrain_bert
 from course_lib.recipes.common import MODEL_CLASSES, load_pretrained, register_model
 
@@ -323,7 +323,7 @@ def test_cache_keys_name_sop_and_keep_the_old_keys_for_nsp_and_mlm(docs, tok, mo
         keys[cache_name] = spec()
         raise Captured
 
-    monkeypatch.setattr(recipe, "train_cached", capture)
+    monkeypatch.setattr(recipe_common, "train_cached", capture)
     short = dict(TINY, steps=1, tokenizer=tok, heldout=None)
     runs = {
         "default": dict(config="tiny"),
