@@ -127,6 +127,14 @@ def chapter_text(s: dict[str, Any]) -> tuple[list, list, list[str]]:
     return train_docs, held_docs, held_names
 
 
+def chapter_text_and_tokenizer(s: dict[str, Any]) -> tuple[list, list, list[str], Any, dict[str, int]]:
+    """:func:`chapter_text` of ``s``, the chapter's tokenizer trained on its training documents and
+    that tokenizer's special ids: the start of chapters 5's and 6's studies."""
+    train_docs, held_docs, held_names = chapter_text(s)
+    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
+    return train_docs, held_docs, held_names, tokenizer, special_ids(tokenizer)
+
+
 def encode_ids(tokenizer, texts: list[str]) -> dict[str, torch.Tensor]:
     """``texts`` as one padded batch (``input_ids``, ``attention_mask``), no truncation; chapter 6's
     XLNet study encodes its probes with it too."""
@@ -201,9 +209,7 @@ def _cloze(models: dict, batch: dict, positions: torch.Tensor, mask_id: int) -> 
 def run(seed: int, quick: bool = False) -> dict[str, Any]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    train_docs, held_docs, held_names = chapter_text(s)
-    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
-    sp = special_ids(tokenizer)
+    train_docs, held_docs, held_names, tokenizer, sp = chapter_text_and_tokenizer(s)
     specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
     mask_id = sp["mask"]
     p = s["pretrain"]

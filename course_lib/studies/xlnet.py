@@ -39,9 +39,7 @@ import torch
 
 from ..analysis.ar_ae import find_name, name_joints, name_pairs
 from ..analysis.xlnet import plm_cloze_log_probs, plm_target_log_probs, same_context_log_probs
-from ..data.documents import train_tokenizer
 from ..data.tasks import two_word_cities
-from ..data.tokenizers import special_ids
 from ..device import get_device
 from ..objectives import trim_padding
 from ..objectives.permutation import factorised_step_log_probs, sample_orders
@@ -50,7 +48,7 @@ from ..recipes.xlnet import pretrain_xlnet, xlnet_config
 from . import Study, pretrain_arms, register_study
 from .ar_ae import QUICK as AR_AE_QUICK
 from .ar_ae import SETTINGS as AR_AE
-from .ar_ae import chapter_text, cloze_positions, encode_ids, name_joint_records
+from .ar_ae import chapter_text, chapter_text_and_tokenizer, cloze_positions, encode_ids, name_joint_records
 
 SETTINGS: dict[str, Any] = dict(
     documents=AR_AE["documents"],
@@ -114,9 +112,7 @@ def _position_problem(model, ids: torch.Tensor, att: torch.Tensor, pairs: torch.
 def run(seed: int, quick: bool = False) -> dict[str, Any]:
     s = QUICK if quick else SETTINGS
     device = get_device()
-    train_docs, held_docs, held_names = chapter_text(s)
-    tokenizer = train_tokenizer(train_docs, **s["tokenizer"])
-    sp = special_ids(tokenizer)
+    train_docs, held_docs, held_names, tokenizer, sp = chapter_text_and_tokenizer(s)
     p = s["pretrain"]
     m = s["model"]
     config = replace(
@@ -237,6 +233,7 @@ STUDY = register_study(
         run=run,
         extra_sources=(
             chapter_text,
+            chapter_text_and_tokenizer,
             encode_ids,
             name_pairs,
             find_name,
