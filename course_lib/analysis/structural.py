@@ -53,6 +53,7 @@ __all__ = [
     "pad_sentences",
     "fit_structural_probe",
     "predict",
+    "probe_loss",
     "minimum_spanning_tree",
     "tree_edges",
     "uuas",
@@ -218,6 +219,18 @@ def predict(probe: DistanceProbe | DepthProbe, vectors: Sequence[Tensor]) -> lis
     """The probe's distances ``[n, n]`` (or depths ``[n]``) for every sentence."""
     dev = probe.proj.device
     return [probe(v.float().to(dev)).cpu() for v in vectors]
+
+
+@torch.no_grad()
+def probe_loss(
+    probe: DistanceProbe | DepthProbe, vectors: Sequence[Tensor], heads: Sequence[Sequence[int]]
+) -> float:
+    """The probe's training objective (:func:`distance_loss` or :func:`depth_loss`) over all of
+    ``vectors``/``heads`` at once: on the training sentences, how well the probe has fitted them."""
+    kind = "distance" if isinstance(probe, DistanceProbe) else "depth"
+    x, gold, lengths = pad_sentences(vectors, heads, kind)
+    loss_fn = distance_loss if kind == "distance" else depth_loss
+    return float(loss_fn(probe(x.to(probe.proj.device)).cpu(), gold, lengths))
 
 
 # --------------------------------------------------------------------------- trees and scores

@@ -25,6 +25,7 @@ from course_lib.analysis.structural import (
     minimum_spanning_tree,
     pad_sentences,
     predict,
+    probe_loss,
     pythagorean_embedding,
     spearman,
     tree_edges,
@@ -158,6 +159,25 @@ def test_losses_are_l1_normalised_by_sentence_length_and_ignore_padding():
     assert float(depth_loss(dpred, dgold, lengths)) == pytest.approx((3 / 2 + 1 / 3) / 2)
     with pytest.raises(ValueError, match="batch, n, n"):
         distance_loss(pred[0], gold[0], lengths)
+
+
+def test_probe_loss_is_the_training_objective_over_every_sentence():
+    """probe_loss: the mean over sentences of each sentence's own loss, padding ignored, and 0
+    for a probe that reproduces the tree exactly (the Pythagorean embedding, B = I)."""
+    torch.manual_seed(0)
+    heads = [[1, -1, 1], [-1, 0, 1, 1, 0], [1, 2, -1, 2]]
+    vectors = [torch.randn(len(h), 6) for h in heads]
+    for kind, probe in (("distance", DistanceProbe(6, 3)), ("depth", DepthProbe(6, 3))):
+        loss_fn = distance_loss if kind == "distance" else depth_loss
+        one_by_one = []
+        for v, h in zip(vectors, heads):
+            x, gold, lengths = pad_sentences([v], [h], kind)
+            one_by_one.append(float(loss_fn(probe(x), gold, lengths)))
+        assert probe_loss(probe, vectors, heads) == pytest.approx(sum(one_by_one) / len(one_by_one), rel=1e-6)
+    exact = DistanceProbe(5, 5)
+    with torch.no_grad():
+        exact.proj.copy_(torch.eye(5))
+    assert probe_loss(exact, [_pythagorean(h, 5) for h in heads], heads) == pytest.approx(0.0, abs=1e-6)
 
 
 def _pythagorean(heads, dim: int) -> torch.Tensor:
