@@ -67,6 +67,7 @@ __all__ = [
 _STUDIES: dict[str, Study] = {}
 _MODULES = (
     "course_lib.studies.bert",
+    "course_lib.studies.roberta_batch",
     "course_lib.studies.elmo",
     "course_lib.studies.albert",
     "course_lib.studies.albert_shapes",
