@@ -47,13 +47,17 @@ factorisation; rows with fewer targets than the widest (``P``) get all-zero rows
 **Span targets** (:func:`sample_spans`, ``targets="span"`` in :func:`plm_batch` and
 :func:`plm_loss`). The last :math:`1/K` of a random order are scattered tokens: of a two-token
 name, one is often a target and the other context, which gives it away. XLNet's pretraining
-data (``_sample_mask`` in the original ``data_utils.py``) chose its targets as *spans* instead,
-like SpanBERT: walking along the row, draw a span length :math:`n \in \{1, \dots, 5\}` with
-:math:`p(n) \propto 1/n`, a window of :math:`nK` tokens, an offset :math:`l` uniform in
-:math:`[0, nK)`; the :math:`n` tokens from :math:`l` are targets, and the walk goes on
-:math:`nK - l` tokens after the span. When the walk reaches the row's end, single tokens drawn
-uniformly make up the row's count (:func:`targets_per_row`; with ``n_predict`` the window is
-the row's length over its count). The order then puts every non-target first and every target
+chose its targets as *spans* instead, like SpanBERT (paper, appendix A.2: a span of
+:math:`n` tokens "within a context of :math:`nK` tokens"): walking along the row, draw a span
+length :math:`n \in \{1, \dots, 5\}` with :math:`p(n) \propto 1/n` (the original
+``_sample_mask`` in ``data_utils.py``; at most the targets still missing), give it the next
+window of :math:`n\,T/c` tokens (:math:`T` real tokens, :math:`c` targets of the row from
+:func:`targets_per_row`: about :math:`nK`) and put it at a uniformly random place inside.
+The windows tile the row, so every position can be drawn; the original's windows are
+:math:`nK` tokens plus the span from the row's start and single tokens complete the count
+(the walk stops at the count, which on a row of a few windows leaves its end without
+targets). The rare window that rounding leaves too short at the row's end is replaced by
+single tokens drawn uniformly. The order then puts every non-target first and every target
 after them, in a random order among themselves (the original's ``_local_perm`` gives the
 non-targets the smallest index): the whole span is predicted with none of its tokens in the
 context, and the masks are the same as for any order whose last tokens are the targets.
@@ -236,15 +240,15 @@ def sample_spans(
         lengths_or_mask: ``[batch]`` lengths or an ``[batch, seq_len]`` attention mask, as
             :func:`sample_orders`; spans are runs of consecutive *real* tokens.
         generator: a ``torch.Generator`` or a seed (None: torch's global generator).
-        K, n_predict: how many targets per row (:func:`targets_per_row`; default ``K = 6``)
-            and how wide a span's window is: :math:`nK` tokens for a span of :math:`n`, or,
-            with ``n_predict``, :math:`n` times the row's length over its count.
+        K, n_predict: how many targets per row (:func:`targets_per_row`; default ``K = 6``);
+            a span of :math:`n` gets a window of :math:`n` times the row's length over that
+            count (about :math:`nK` tokens).
         max_span: the longest span (the original's ``max_gram``, 5).
         seq_len: the width with lengths.
 
     Returns ``span_ids`` ``[batch, seq_len]`` (long): ``-1`` for non-targets and padding, else
-    the index of the target's span in its row (0, 1, ... from left to right in the walk, then
-    the single tokens that complete the count). A row gets exactly
+    the index of the target's span in its row (0, 1, ... from left to right, then any single
+    tokens that complete the count). A row gets exactly
     :func:`targets_per_row` targets.
     """
     if max_span < 1:
@@ -273,21 +277,22 @@ def sample_spans(
     for row, (positions, goal) in enumerate(zip(real.tolist(), goals)):
         where = [i for i, r in enumerate(positions) if r]  # the real positions, in order
         length = len(where)
-        ratio = K if K is not None else (length / goal if goal else 1.0)
+        per_target = length / goal if goal else 1.0  # about K: the windows tile the row
         ids = [-1] * length
-        done = cur = step = span = 0
-        while cur < length and done < goal:  # each step moves cur on by at least 1
-            u_len, u_left = draws[row][step]
+        done = step = span = 0
+        cur = 0.0
+        while done < goal:
+            u_len, u_pos = draws[row][step]
             step += 1
             size = next(k for k, c in enumerate(cumulative, 1) if u_len < c or k == max_span)
             size = min(size, goal - done)
-            window = max(size, math.floor(size * ratio))
-            left = math.floor(u_left * window)
-            begin, end = cur + left, cur + left + size
-            if end > length:
+            window = size * per_target
+            start, stop = math.floor(cur + 0.5), min(math.floor(cur + window + 0.5), length)
+            if stop - start < size:  # rounding at the row's end
                 break
-            ids[begin:end] = [span] * size
-            span, done, cur = span + 1, done + size, end + window - left
+            begin = start + math.floor(u_pos * (stop - start - size + 1))
+            ids[begin : begin + size] = [span] * size
+            span, done, cur = span + 1, done + size, cur + window
         if done < goal:  # single tokens, uniformly among the rest, complete the count
             rest = sorted((fill_keys[row][i], i) for i in range(length) if ids[i] < 0)
             for _, i in rest[: goal - done]:

@@ -343,21 +343,33 @@ def test_span_targets_are_runs_of_consecutive_real_tokens_with_the_requested_cou
 
 
 def test_span_lengths_and_target_share_on_long_rows():
-    """Rows of 600 tokens, K = 6: a sixth of the tokens are targets, and spans of every length
-    1..5 occur, the longer the rarer (p(n) ~ 1/n in the walk; single tokens also complete the
-    count)."""
+    """Rows of 600 tokens, K = 6: a sixth of the tokens are targets, in spans of length n = 1..5
+    with p(n) ~ 1/n."""
     span_ids = sample_spans(torch.full((200,), 600), torch.Generator().manual_seed(0), K=6)
     sizes = [len(p) for r in span_ids.tolist() for p in spans_of(r).values()]
     share = (span_ids >= 0).float().mean().item()
     assert share == pytest.approx(100 / 600)
     counts = [sizes.count(n) for n in range(1, 6)]
     assert counts[1] > counts[2] > counts[3] > counts[4] > 100, counts
-    assert (counts[2] / counts[1]) == pytest.approx(2 / 3, abs=0.1)  # p(3) / p(2) = 2/3
+    for n in range(2, 6):  # p(n) / p(1) = 1 / n
+        assert counts[n - 1] / counts[0] == pytest.approx(1 / n, rel=0.1), counts
     # the same count with the last 1/K of random orders: almost never a run of 5
     order = sample_orders(torch.full((200,), 600), torch.Generator().manual_seed(0))
     last = permutation_masks(order, K=6).is_target.long()
     runs5 = (last.unfold(1, 5, 1).sum(-1) == 5).sum().item()
     assert runs5 < counts[4] / 10
+
+
+@pytest.mark.parametrize("length", [9, 13, 17, 40])
+def test_every_position_of_a_row_can_be_a_span_target(length):
+    """The windows tile the row: every position is a target about as often as with the last
+    1/K of random orders (a walk that stopped at the count would leave the row's end out)."""
+    n = 6000
+    chosen = sample_spans(torch.full((n,), length), torch.Generator().manual_seed(length), K=6) >= 0
+    share = chosen.float().mean(0)
+    expected = max(1, length // 6) / length
+    assert share.mean().item() == pytest.approx(expected)
+    assert share.min().item() > 0.5 * expected, share.tolist()
 
 
 @pytest.mark.parametrize("setting", SPAN_SETTINGS, ids=[str(s) for s in SPAN_SETTINGS])
