@@ -48,7 +48,7 @@ factorisation; rows with fewer targets than the widest (``P``) get all-zero rows
 :func:`plm_loss`). The last :math:`1/K` of a random order are scattered tokens: of a two-token
 name, one is often a target and the other context, which gives it away. XLNet's pretraining
 chose its targets as *spans* instead, like SpanBERT (its paper: a span of :math:`n` tokens
-"within a context of :math:`nK` tokens"): walking along the row, draw a span
+within a context of about :math:`nK` tokens): walking along the row, draw a span
 length :math:`n \in \{1, \dots, 5\}` with :math:`p(n) \propto 1/n` (the original
 ``_sample_mask`` in ``data_utils.py``; at most the targets still missing), give it the next
 window of :math:`n\,T/c` tokens (:math:`T` real tokens, :math:`c` targets of the row from
