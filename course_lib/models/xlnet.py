@@ -69,7 +69,17 @@ at :math:`p = K - \delta = j + T - i`: row :math:`i` shifted left by :math:`T - 
 the ``[T, K+T]`` matrix as ``[K+T, T]``, dropping its first row and reading the rest as
 ``[T, K+T-1]`` does exactly that shift for every row at once (:func:`rel_shift`); the first
 :math:`K` columns are the keys. ``clamp_len > 0`` clips :math:`\delta` to
-:math:`\pm` ``clamp_len``. The distances, their sinusoids, the shift and the memory update live
+:math:`\pm` ``clamp_len``. With ``bi_data`` (the original pretraining's
+*bidirectional data*) the second half of the batch reads every distance negated,
+:math:`-\delta` (the distances :math:`-K, \dots, T - 1`, clipped the same way), as Hugging
+Face's ``relative_positional_encoding`` does. XLNet's data pipeline filled that half with the
+token stream read backwards (each row reversed, the segments taken from the end): reversed
+tokens with negated distances give every key of the segment its true side again (without
+memory, that half computes exactly what the forward model computes on the rows before they
+were reversed), while the memory, which now holds the text that *follows* the segment, sits
+at negative distances, to the right of every query. One batch thus trains the memory in both
+directions. The batch size must be even.
+The distances, their sinusoids, the shift and the memory update live
 in :mod:`course_lib.nn.relative`, shared with Transformer-XL (:mod:`course_lib.models.transfo_xl`);
 this module re-exports :func:`relative_distances`, :func:`relative_sinusoids` and
 :func:`rel_shift`.
@@ -122,18 +132,20 @@ and :func:`~course_lib.models.hf.xlnet_state_dict_to_ours` converts the layout.
 Paper / Hugging Face vs ours:
 
 * Only ``attn_type="bi"`` (every position may attend everywhere the masks allow: XLNet's
-  pretraining and fine-tuning setting) with ``bi_data=False``; ``"uni"`` and ``bi_data`` (a
-  pretraining batch holding both directions of the positions) are refused. ``same_length``
-  acts only with ``"uni"``, so it is kept in the config but has no effect.
+  pretraining and fine-tuning setting); ``"uni"`` is refused. ``same_length`` acts only with
+  ``"uni"``, so it is kept in the config but has no effect. ``bi_data=True`` (backward
+  distances for the second half of the batch, as Hugging Face's) refuses an odd batch size,
+  where Hugging Face fails with a shape error; reversing the rows of that half, which the
+  original data pipeline did, is the caller's (the model only reads positions backwards).
 * A query-stream row with no visible key (a ``perm_mask`` row hiding everything and no
   memory: the first position of an order in which every token is a target) gets a zero
   attention output here (the rule of :mod:`course_lib.nn.attention`); Hugging Face fills
   hidden scores with :math:`-10^{30}`, so such a row attends uniformly to *every* key, hidden
   ones included (a leak). With XLNet's partial prediction the non-target tokens are visible
   to every target and no such row occurs; all other outputs are the same.
-* In training mode the dropout on the relative encodings is drawn once per batch here (the
-  encodings are shared by the batch); Hugging Face draws it per sequence. Eval mode is
-  identical.
+* In training mode the dropout on the relative encodings is drawn once per batch here (once
+  per direction with ``bi_data``: the encodings are shared by the batch); Hugging Face draws
+  it per sequence. Eval mode is identical.
 * Not implemented: ``inputs_embeds``, ``logits_to_keep``, and the task heads (sequence
   summary, classification, question answering). Sampling orders and targets (the pretraining
   data pipeline) is not part of the model: it receives ``perm_mask`` and ``target_mapping``.
@@ -222,7 +234,7 @@ class XLNetConfig:
     reuse_len: int | None = None  # tokens of a segment that enter the memory (None: all)
     use_mems_eval: bool = True  # return mems by default in eval mode
     use_mems_train: bool = False  # ... and in training mode
-    bi_data: bool = False  # not implemented (must stay False)
+    bi_data: bool = False  # True: the batch's second half reads every distance negated (even batch sizes)
     clamp_len: int = -1  # > 0: relative distances clipped to [-clamp_len, clamp_len]
     same_length: bool = False  # acts only with attn_type="uni" (kept for Hugging Face round trips)
     pad_token_id: int = 5  # <pad> of XLNet's SentencePiece vocabulary (the model needs no pad id)
@@ -241,8 +253,6 @@ class XLNetConfig:
                 f"attn_type={self.attn_type!r} is not implemented: course_lib's XLNet has attn_type='bi' "
                 "(attention wherever perm_mask and padding allow)"
             )
-        if self.bi_data:
-            raise ValueError("bi_data=True (forward and backward positions in one batch) is not implemented")
         if self.mem_len is not None and self.mem_len < 0:
             raise ValueError(f"mem_len must be None or >= 0, got {self.mem_len}")
         if self.reuse_len is not None and self.reuse_len < 0:
@@ -287,10 +297,18 @@ class XLNetRelativeAttention(RelativeAttention):
         """The position and segment terms of the scores, scaled: ``[batch, heads, q_len, k_len]``.
 
         ``q``: ``[batch, heads, q_len, d_head]`` at positions ``0..q_len-1``; ``k_r``:
-        ``[heads, k_len + q_len, d_head]``, the projected encodings of :func:`relative_distances`;
-        ``seg_diff``: boolean ``[batch, q_len, k_len]``, True where the segments differ.
+        ``[heads, k_len + q_len, d_head]``, the projected encodings of :func:`relative_distances`
+        (with ``bi_data``, ``[2, heads, k_len + q_len, d_head]``: the forward distances for the
+        first half of the batch, the negated ones for the second); ``seg_diff``: boolean
+        ``[batch, q_len, k_len]``, True where the segments differ.
         """
-        bias = self.relative_scores(q, k_r, k_len)
+        if k_r.dim() == 4:  # bi_data
+            half = q.size(0) // 2
+            bias = torch.cat(
+                [self.relative_scores(q[:half], k_r[0], k_len), self.relative_scores(q[half:], k_r[1], k_len)]
+            )
+        else:
+            bias = self.relative_scores(q, k_r, k_len)
         if seg_diff is not None:
             seg = torch.einsum("bnid,snd->bnis", q + self.r_s_bias[:, None], self.seg_embed)
             bias = bias + torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1])
@@ -333,7 +351,10 @@ class XLNetRelativeAttention(RelativeAttention):
         keys = h if mem is None else torch.cat([mem, h], dim=1)
         k = self.split_heads(self.w_k(keys))
         v = self.split_heads(self.w_v(keys))
-        k_r = self.relative_keys(pos_emb)  # [heads, P, d_head]
+        if pos_emb.dim() == 2:
+            k_r = self.relative_keys(pos_emb)  # [heads, P, d_head]
+        else:  # bi_data: [2 (forward, backward), heads, P, d_head]
+            k_r = torch.stack([self.relative_keys(p) for p in pos_emb])
         out_h, w_h = self.attend_stream(
             self.split_heads(self.w_q(h)), k, v, k_r, seg_diff, mask_h, return_weights
         )
@@ -453,9 +474,18 @@ class XLNetModel(CountsParameters, nn.Module):
     # --- pieces of the forward pass -----------------------------------------------------
 
     def relative_encoding(self, q_len: int, k_len: int) -> Tensor:
-        """``[k_len + q_len, d_model]``: the sinusoids of the distances ``k_len .. -q_len + 1``."""
-        d = relative_distances(q_len, k_len, clamp_len=self.config.clamp_len, device=self.device)
-        return relative_sinusoids(d, self.config.d_model).to(self.word_embedding.weight.dtype)
+        """``[k_len + q_len, d_model]``: the sinusoids of the distances ``k_len .. -q_len + 1``;
+        with ``bi_data``, ``[2, k_len + q_len, d_model]``: those and the negated distances
+        ``-k_len .. q_len - 1`` (the backward half of the batch), as Hugging Face's
+        ``relative_positional_encoding``."""
+        c = self.config
+        d = relative_distances(q_len, k_len, clamp_len=c.clamp_len, device=self.device)
+        if c.bi_data:
+            backward = -d + 0.0  # + 0.0: distance 0 stays +0.0
+            pos = torch.stack([relative_sinusoids(x, c.d_model) for x in (d, backward)])
+        else:
+            pos = relative_sinusoids(d, c.d_model)
+        return pos.to(self.word_embedding.weight.dtype)
 
     @staticmethod
     def attention_masks(
@@ -536,6 +566,8 @@ class XLNetModel(CountsParameters, nn.Module):
             target_mapping=target_mapping,
         )
         b, q_len = input_ids.shape
+        if c.bi_data and b % 2:
+            raise ValueError(f"bi_data=True needs an even batch size (forward half, backward half), got {b}")
         mems = check_mems(mems, c.n_layer, b, c.d_model, seq_dim=0)
         mem_len = 0 if mems is None else mems[0].size(0)
         if use_mems is None:

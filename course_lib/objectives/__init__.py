@@ -50,6 +50,7 @@ from .permutation import (
     plm_batch,
     plm_loss,
     sample_orders,
+    sample_spans,
     targets_per_row,
 )
 from .tagging import tagging_inputs
@@ -87,6 +88,7 @@ __all__ = [
     "sample_orders",
     "order_ranks",
     "targets_per_row",
+    "sample_spans",
     "permutation_masks",
     "plm_batch",
     "plm_loss",

@@ -44,17 +44,38 @@ sees every non-target and the targets before it in the order:
 factorisation; rows with fewer targets than the widest (``P``) get all-zero rows there,
 ``target_mask`` 0 and label ``-100`` (XLNet's padding of ``num_predict``).
 
+**Span targets** (:func:`sample_spans`, ``targets="span"`` in :func:`plm_batch` and
+:func:`plm_loss`). The last :math:`1/K` of a random order are scattered tokens: of a two-token
+name, one is often a target and the other context, which gives it away. XLNet's pretraining
+chose its targets as *spans* instead, like SpanBERT (its paper: a span of :math:`n` tokens
+within a context of about :math:`nK` tokens): walking along the row, draw a span
+length :math:`n \in \{1, \dots, 5\}` with :math:`p(n) \propto 1/n` (the original
+``_sample_mask`` in ``data_utils.py``; at most the targets still missing), give it the next
+window of :math:`n\,T/c` tokens (:math:`T` real tokens, :math:`c` targets of the row from
+:func:`targets_per_row`: about :math:`nK`) and put it at a uniformly random place inside.
+The windows tile the row, so every position can be drawn; the original's windows are
+:math:`nK` tokens plus the span from the row's start and single tokens complete the count
+(the walk stops at the count, which on a row of a few windows leaves its end without
+targets). The rare window that rounding leaves too short at the row's end is replaced by
+single tokens drawn uniformly. The order then puts every non-target first and every target
+after them, in a random order among themselves (the original's ``_local_perm`` gives the
+non-targets the smallest index): the whole span is predicted with none of its tokens in the
+context, and the masks are the same as for any order whose last tokens are the targets.
+
 **Loss** (:func:`plm_loss`): the LM head on the query stream at the targets, cross-entropy
 over the real targets. :func:`factorised_log_prob` scores a whole sequence under one order
 (every token a target, all of them in one call), and :func:`order_context` says, for the
 chapter's widget, which positions a prediction is conditioned on.
 
-Not here: XLNet's span-based choice of targets and local permutations (``perm_size``), its
-two-segment data with memory, and ``bi_data``.
+Not here: XLNet's local permutations (``perm_size``), its two-segment data with memory, and
+the reversed rows of ``bi_data`` (the model's ``bi_data`` reads the second half of a batch
+backwards: :mod:`course_lib.models.xlnet`). The original finds a span's start at a word's
+first piece; here every token may start one.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +92,7 @@ __all__ = [
     "sample_orders",
     "order_ranks",
     "targets_per_row",
+    "sample_spans",
     "permutation_masks",
     "plm_batch",
     "plm_loss",
@@ -81,6 +103,9 @@ __all__ = [
 
 # the fields a permutation-LM batch gets from :func:`plm_batch`
 PLM_FIELDS = ("perm_mask", "target_mapping", "labels", "target_mask")
+# how the targets of an order are chosen (:func:`plm_batch`)
+TARGET_CHOICES = ("last", "span")
+MAX_SPAN = 5  # the original's max_gram
 
 
 # ---------------------------------------------------------------------------------------
@@ -93,6 +118,7 @@ def sample_orders(
     generator: Any = None,
     *,
     seq_len: int | None = None,
+    last: Tensor | None = None,
 ) -> Tensor:
     """A uniformly random factorisation order per row over its real tokens.
 
@@ -103,6 +129,8 @@ def sample_orders(
             :func:`~course_lib.objectives.masking.as_generator`); None draws from torch's
             global generator.
         seq_len: the width with lengths (default: the longest row).
+        last: boolean ``[batch, seq_len]``: these real positions come after all the others
+            (each part in a uniformly random order), e.g. the targets of :func:`sample_spans`.
 
     Returns ``order`` ``[batch, seq_len]`` (long): row ``b`` starts with a random permutation
     of its real positions and ends with ``-1`` (one entry per padding position). The input
@@ -129,7 +157,12 @@ def sample_orders(
     # argsort of iid uniform keys is a uniform permutation (float64: ties practically never);
     # padding gets the largest key, so the real positions come first
     keys = torch.rand(real.shape, generator=g, device=gdev, dtype=torch.float64).to(device)
-    order = keys.masked_fill(~real, 2.0).argsort(dim=1)
+    if last is None:
+        order = keys.masked_fill(~real, 2.0).argsort(dim=1)
+    else:
+        if tuple(last.shape) != tuple(real.shape):
+            raise ValueError(f"last must be [batch, seq_len] = {tuple(real.shape)}, got {tuple(last.shape)}")
+        order = (keys + last.to(device).double()).masked_fill(~real, 3.0).argsort(dim=1)
     steps = torch.arange(real.size(1), device=device)[None, :]
     return torch.where(steps < real.sum(1, keepdim=True), order, -1)
 
@@ -167,13 +200,19 @@ def order_ranks(order: Tensor | Sequence[int]) -> Tensor:
     return ranks[:, :n]
 
 
-def targets_per_row(lengths: Tensor, *, n_predict: int | None = None, K: float | None = None) -> Tensor:
+def targets_per_row(
+    lengths: Tensor, *, n_predict: int | Tensor | None = None, K: float | None = None
+) -> Tensor:
     """How many of a row's ``lengths`` tokens are targets: all of them (neither argument),
     ``min(n_predict, length)``, or ``max(1, floor(length / K))`` (partial prediction; 0 for an
-    empty row)."""
+    empty row). ``n_predict`` may be a ``[batch]`` tensor, one count per row (0 allowed)."""
     if n_predict is not None and K is not None:
         raise ValueError("give n_predict (targets per row) or K (1/K of the tokens are targets), not both")
     lengths = lengths.long()
+    if isinstance(n_predict, Tensor):
+        if tuple(n_predict.shape) != tuple(lengths.shape) or bool((n_predict < 0).any()):
+            raise ValueError(f"n_predict per row must be [batch] = {tuple(lengths.shape)} counts >= 0")
+        return torch.minimum(lengths, n_predict.to(lengths.device).long())
     if n_predict is not None:
         if n_predict < 1:
             raise ValueError(f"n_predict must be at least 1, got {n_predict}")
@@ -184,6 +223,84 @@ def targets_per_row(lengths: Tensor, *, n_predict: int | None = None, K: float |
         n = torch.floor(lengths.double() / K).long().clamp(min=1)
         return torch.minimum(n, lengths)
     return lengths
+
+
+def sample_spans(
+    lengths_or_mask: Tensor | Sequence[int],
+    generator: Any = None,
+    *,
+    K: float | None = None,
+    n_predict: int | None = None,
+    max_span: int = MAX_SPAN,
+    seq_len: int | None = None,
+) -> Tensor:
+    r"""Span-based targets, as XLNet's pretraining data chose them (see the module docstring).
+
+    Args:
+        lengths_or_mask: ``[batch]`` lengths or an ``[batch, seq_len]`` attention mask, as
+            :func:`sample_orders`; spans are runs of consecutive *real* tokens.
+        generator: a ``torch.Generator`` or a seed (None: torch's global generator).
+        K, n_predict: how many targets per row (:func:`targets_per_row`; default ``K = 6``);
+            a span of :math:`n` gets a window of :math:`n` times the row's length over that
+            count (about :math:`nK` tokens).
+        max_span: the longest span (the original's ``max_gram``, 5).
+        seq_len: the width with lengths.
+
+    Returns ``span_ids`` ``[batch, seq_len]`` (long): ``-1`` for non-targets and padding, else
+    the index of the target's span in its row (0, 1, ... from left to right, then any single
+    tokens that complete the count). A row gets exactly
+    :func:`targets_per_row` targets.
+    """
+    if max_span < 1:
+        raise ValueError(f"max_span must be at least 1, got {max_span}")
+    if K is None and n_predict is None:
+        K = 6
+    x = lengths_or_mask if isinstance(lengths_or_mask, Tensor) else torch.as_tensor(lengths_or_mask)
+    if x.dim() == 1:
+        width = int(x.max()) if seq_len is None and x.numel() else (seq_len or 0)
+        if bool((x.long() > width).any()) or bool((x < 0).any()):
+            raise ValueError(f"lengths must lie in [0, seq_len={width}]: {x.tolist()}")
+        real = torch.arange(width, device=x.device)[None, :] < x.long()[:, None]
+    elif x.dim() == 2:
+        real = x != 0
+    else:
+        raise ValueError(f"give [batch] lengths or a [batch, seq_len] mask, got shape {tuple(x.shape)}")
+    b, n = real.shape
+    lengths = real.sum(1)
+    goals = targets_per_row(lengths, n_predict=n_predict, K=K).tolist()
+    g = None if generator is None else as_generator(generator)
+    draws = torch.rand(b, max(n, 1), 2, generator=g, dtype=torch.float64).tolist()
+    fill_keys = torch.rand(b, max(n, 1), generator=g, dtype=torch.float64).tolist()
+    weights = [1.0 / k for k in range(1, max_span + 1)]
+    cumulative = [sum(weights[: k + 1]) / sum(weights) for k in range(max_span)]
+    span_ids = [[-1] * n for _ in range(b)]
+    for row, (positions, goal) in enumerate(zip(real.tolist(), goals)):
+        where = [i for i, r in enumerate(positions) if r]  # the real positions, in order
+        length = len(where)
+        per_target = length / goal if goal else 1.0  # about K: the windows tile the row
+        ids = [-1] * length
+        done = step = span = 0
+        cur = 0.0
+        while done < goal:
+            u_len, u_pos = draws[row][step]
+            step += 1
+            size = next(k for k, c in enumerate(cumulative, 1) if u_len < c or k == max_span)
+            size = min(size, goal - done)
+            window = size * per_target
+            start, stop = math.floor(cur + 0.5), min(math.floor(cur + window + 0.5), length)
+            if stop - start < size:  # rounding at the row's end
+                break
+            begin = start + math.floor(u_pos * (stop - start - size + 1))
+            ids[begin : begin + size] = [span] * size
+            span, done, cur = span + 1, done + size, cur + window
+        if done < goal:  # single tokens, uniformly among the rest, complete the count
+            rest = sorted((fill_keys[row][i], i) for i in range(length) if ids[i] < 0)
+            for _, i in rest[: goal - done]:
+                ids[i] = span
+                span += 1
+        for i, v in zip(where, ids):
+            span_ids[row][i] = v
+    return torch.tensor(span_ids, dtype=torch.long, device=x.device).reshape(b, n)
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,8 +341,9 @@ def permutation_masks(
         order: ``[batch, seq_len]`` (or one ``[seq_len]`` order) as :func:`sample_orders`
             returns it: positions in the order they are predicted, then ``-1``.
         n_predict, K: partial prediction (see the module docstring): the last ``n_predict``
-            tokens of each order, or the last ``max(1, floor(length / K))``, are targets; with
-            neither, every real token is (full factorisation).
+            tokens of each order (an int, or a ``[batch]`` tensor of counts per row), or the
+            last ``max(1, floor(length / K))``, are targets; with neither, every real token is
+            (full factorisation).
         input_ids: ``[batch, seq_len]``; when given, ``labels`` holds the target tokens.
 
     Targets come in ``target_mapping`` in the order of the factorisation. ``perm_mask`` rows of
@@ -236,6 +354,8 @@ def permutation_masks(
     o = _as_orders(order)
     b, n = o.shape
     dev = o.device
+    if isinstance(n_predict, Tensor) and n_predict.dim() == 0:
+        n_predict = int(n_predict)
     ranks = order_ranks(o)  # [b, n]
     real = ranks >= 0
     lengths = real.sum(1)
@@ -312,17 +432,31 @@ def plm_batch(
     n_predict: int | None = None,
     K: float | None = None,
     generator: Any = None,
+    targets: str = "last",
+    max_span: int = MAX_SPAN,
 ) -> dict[str, Tensor]:
     """One permutation-LM batch: ``input_ids`` (as given, not reordered), ``attention_mask``,
     ``perm_mask``, ``target_mapping``, ``labels`` ``[batch, P]`` and ``target_mask``, for a
     random order per row (:func:`sample_orders`, :func:`permutation_masks`). Without ``n_predict``
-    or ``K``, ``K = 6`` (the paper's partial prediction); ``K=1`` makes every token a target."""
+    or ``K``, ``K = 6`` (the paper's partial prediction); ``K=1`` makes every token a target.
+
+    ``targets="last"`` (the default) predicts the last tokens of a uniformly random order;
+    ``targets="span"`` draws spans of up to ``max_span`` tokens first (:func:`sample_spans`, as
+    many targets per row) and an order that puts them after every non-target."""
+    if targets not in TARGET_CHOICES:
+        raise ValueError(f"targets must be one of {TARGET_CHOICES}, got {targets!r}")
     if n_predict is None and K is None:
         K = 6
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
-    order = sample_orders(attention_mask, generator)
-    masks = permutation_masks(order, n_predict=n_predict, K=K, input_ids=input_ids)
+    if targets == "last":
+        order = sample_orders(attention_mask, generator)
+        masks = permutation_masks(order, n_predict=n_predict, K=K, input_ids=input_ids)
+    else:
+        g = None if generator is None else as_generator(generator)  # one stream for both draws
+        chosen = sample_spans(attention_mask, g, K=K, n_predict=n_predict, max_span=max_span) >= 0
+        order = sample_orders(attention_mask, g, last=chosen)
+        masks = permutation_masks(order, n_predict=chosen.sum(1), input_ids=input_ids)
     return {"input_ids": input_ids, "attention_mask": attention_mask, **masks.as_batch()}
 
 
@@ -333,6 +467,8 @@ def plm_loss(
     n_predict: int | None = None,
     K: float | None = None,
     generator: Any = None,
+    targets: str = "last",
+    max_span: int = MAX_SPAN,
 ) -> tuple[Tensor, dict[str, float]]:
     """``loss_fn`` for :func:`course_lib.train.fit`: XLNet's permutation-LM loss.
 
@@ -341,8 +477,9 @@ def plm_loss(
     :func:`plm_batch`) is used as it is; otherwise (``input_ids`` and ``attention_mask``, e.g.
     :class:`~course_lib.objectives.masking.MaskedLMData` with ``masking="none"``, whose
     ``labels`` are replaced) a new order per row is drawn with ``generator`` and the targets
-    chosen with ``n_predict`` / ``K`` (default ``K = 6``, as :func:`plm_batch`), after dropping
-    the columns that are padding in every row.
+    chosen with ``n_predict`` / ``K`` (default ``K = 6``, as :func:`plm_batch`) and ``targets``
+    (``"last"`` or ``"span"``, ``max_span``), after dropping the columns that are padding in
+    every row.
     ``token_type_ids`` are passed on. The loss is the mean cross-entropy over the real targets
     (the model's own, on the query stream). Metrics: ``plm_accuracy`` (argmax at the targets).
     """
@@ -351,7 +488,13 @@ def plm_loss(
         batch = {
             **batch,
             **plm_batch(
-                batch["input_ids"], batch.get("attention_mask"), n_predict=n_predict, K=K, generator=generator
+                batch["input_ids"],
+                batch.get("attention_mask"),
+                n_predict=n_predict,
+                K=K,
+                generator=generator,
+                targets=targets,
+                max_span=max_span,
             ),
         }
     missing = [k for k in ("target_mapping", "labels") if k not in batch]

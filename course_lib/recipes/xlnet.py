@@ -27,7 +27,9 @@ writes ``DIR/model.safetensors`` (+ ``model.json``), ``DIR/config.json`` and
 ``DIR/tokenizer.json``; :func:`~course_lib.recipes.common.load_pretrained` reads them back.
 
 Not here (see the chapter's "paper vs ours"): XLNet's two-segment inputs with memory during
-pretraining, span-based target choice, ``bi_data`` and SentencePiece.
+pretraining, the reversed rows of ``bi_data`` and SentencePiece. Span-based targets are
+:func:`~course_lib.objectives.permutation.plm_loss`'s ``targets="span"`` (not a recipe
+option here), and the model's ``bi_data`` reads half a batch backwards.
 """
 
 from __future__ import annotations

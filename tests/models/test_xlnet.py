@@ -224,6 +224,84 @@ def test_memory_parity_with_masks_segments_and_targets_on_the_second_segment():
     assert_all_close(mine2.mems, theirs2.mems, "mems after segment 2")
 
 
+BI_DATA_CONFIGS = [dict(mem_len=6), dict(mem_len=6, clamp_len=3)]
+
+
+@pytest.mark.parametrize("overrides", BI_DATA_CONFIGS, ids=["bi_data", "bi_data_clamp_len"])
+@torch.no_grad()
+def test_bi_data_parity_with_padding_segments_targets_and_memory(overrides):
+    """bi_data: forward distances for the first half of the batch, negated ones for the second
+    (Hugging Face's ``relative_positional_encoding``), on every input the other tests use."""
+    hf, ours = pair(head=True, seed=13, bi_data=True, **overrides)
+    assert ours.config.bi_data and ours.config.clamp_len == overrides.get("clamp_len", -1)
+    b = 4
+    first, second = ids(b, 7, seed=13), ids(b, 8, seed=14)
+    perm_mask, target_mapping, _, _ = order_masks(b, 8, 3, seed=14)
+    mask = torch.ones(b, 8, dtype=torch.long)
+    mask[1, :2] = 0  # left padding in the forward half
+    mask[3, 6:] = 0  # right padding in the backward half
+    types = (torch.arange(8) >= 4).long().expand(b, 8)
+    kw = dict(perm_mask=perm_mask, target_mapping=target_mapping, attention_mask=mask, token_type_ids=types)
+    out = dict(output_hidden_states=True, output_attentions=True)
+    theirs1, theirs2 = _two_segments(hf, first, second, **kw, **out)
+    mine1, mine2 = _two_segments(ours, first, second, **kw, **out)
+    assert_all_close(mine1.mems, theirs1.mems, "bi_data mems after segment 1")
+    assert_close(mine2.logits, theirs2.logits, "bi_data segment 2 LM logits")
+    assert_all_close(mine2.mems, theirs2.mems, "bi_data mems after segment 2")
+    assert_all_close(mine2.hidden_states, theirs2.hidden_states, "bi_data hidden_states")
+    assert_all_close(mine2.attentions, theirs2.attentions, "bi_data attentions")
+    # the backward half is read differently, the forward half exactly as without bi_data
+    plain = XLNetLMHeadModel(XLNetConfig(**{**ours.config.to_dict(), "bi_data": False})).eval()
+    plain.load_state_dict(ours.state_dict())
+    _, plain2 = _two_segments(plain, first, second, **kw)
+    assert_close(plain2.logits[:2], mine2.logits[:2], "the forward half as without bi_data")
+    assert (plain2.logits[2:] - mine2.logits[2:]).abs().amax(dim=(1, 2)).min() > 1e-3
+
+
+@torch.no_grad()
+def test_bi_data_backward_half_is_the_forward_model_on_reversed_rows():
+    """Without memory, reversed tokens (masks, segments, targets reversed too) read with negated
+    distances give every key its true side: the backward half computes what the forward model
+    computes on the rows before reversal."""
+    _, ours = pair(head=True, seed=15, bi_data=True)
+    plain = XLNetLMHeadModel(XLNetConfig(**{**ours.config.to_dict(), "bi_data": False})).eval()
+    plain.load_state_dict(ours.state_dict())
+    n = 9
+    x = ids(2, n, seed=15)
+    perm_mask, target_mapping, _, _ = order_masks(2, n, 3, seed=15)
+    mask = torch.ones(2, n, dtype=torch.long)
+    mask[1, :3] = 0
+    types = (torch.arange(n) >= 5).long().expand(2, n)
+    kw = dict(perm_mask=perm_mask, target_mapping=target_mapping, attention_mask=mask, token_type_ids=types)
+    flipped = dict(
+        perm_mask=perm_mask.flip(1, 2),
+        target_mapping=target_mapping.flip(2),
+        attention_mask=mask.flip(1),
+        token_type_ids=types.flip(1),
+    )
+    both = {k: torch.cat([v, flipped[k]]) for k, v in kw.items()}
+    mine = ours(input_ids=torch.cat([x, x.flip(1)]), use_mems=False, **both)
+    forward = plain(input_ids=x, use_mems=False, **kw)
+    assert_close(mine.logits[:2], forward.logits, "forward half")
+    assert_close(mine.logits[2:], forward.logits, "backward half on reversed rows")
+    # the content stream, position by position, reversed back
+    both_rows = torch.cat([x, x.flip(1)])
+    h_bi = ours.transformer(both_rows, attention_mask=both["attention_mask"]).last_hidden_state
+    h_fw = plain.transformer(x, attention_mask=mask).last_hidden_state
+    assert_close(h_bi[2:].flip(1), h_fw, "content stream of the backward half")
+    # control: the reversed rows read with forward distances are not the same
+    wrong = plain(input_ids=x.flip(1), use_mems=False, **flipped)
+    assert (wrong.logits - forward.logits).abs().max() > 1e-3
+
+
+def test_bi_data_refuses_an_odd_batch_in_one_line():
+    _, ours = pair(seed=16, bi_data=True)
+    with pytest.raises(ValueError, match="even batch size") as err:
+        ours(input_ids=ids(3, 5, seed=16))
+    assert "\n" not in str(err.value)
+    assert ours(input_ids=ids(2, 5, seed=16)).last_hidden_state.shape == (2, 5, TINY["d_model"])
+
+
 # ---------------------------------------------------------------------------------------
 # What each stream may see (our model alone)
 # ---------------------------------------------------------------------------------------
@@ -304,8 +382,7 @@ def test_config_from_hf_and_refused_options():
     assert XLNetConfig.from_hf(hf_config.to_dict()) == c
     with pytest.raises(ValueError, match="attn_type"):
         XLNetConfig.from_hf(transformers.XLNetConfig(**TINY, attn_type="uni"))
-    with pytest.raises(ValueError, match="bi_data"):
-        XLNetConfig.from_hf(transformers.XLNetConfig(**TINY, bi_data=True))
+    assert XLNetConfig.from_hf(transformers.XLNetConfig(**TINY, bi_data=True)).bi_data
     with pytest.raises(ValueError, match="bert"):
         XLNetConfig.from_hf({"model_type": "bert"})
     with pytest.raises(ValueError, match="divisible"):

@@ -18,6 +18,7 @@ from course_lib.objectives import (
     plm_batch,
     plm_loss,
     sample_orders,
+    sample_spans,
 )
 from course_lib.train import fit
 
@@ -157,7 +158,16 @@ def test_mask_invariants_over_many_orders(setting):
     ids = torch.randint(0, 50, mask.shape, generator=g)
     order = sample_orders(mask, g)
     m = permutation_masks(order, input_ids=ids, **setting)
+    lengths = mask.bool().sum(1)
+    nt = torch.tensor([n_targets(int(n), **setting) for n in lengths])
+    check_mask_invariants(order, mask, ids, m, nt)
 
+
+def check_mask_invariants(order, mask, ids, m, nt):
+    """Every property of XLNet's masks, by brute force over a batch: a target's query row sees
+    exactly the positions before it in the order (never itself or a later one), non-targets see
+    each other and never a target (in the content stream too), padding is invisible, and the
+    targets are the last ``nt`` of each order, listed in ``target_mapping`` in that order."""
     rank = torch.full(mask.shape, -1)
     for b, r in enumerate(rows(order)):
         for t, p in enumerate(r):
@@ -165,7 +175,7 @@ def test_mask_invariants_over_many_orders(setting):
     assert torch.equal(order_ranks(order), rank)
     real = mask.bool()
     lengths = real.sum(1)
-    nt = torch.tensor([n_targets(int(n), **setting) for n in lengths])
+    width = mask.size(1)
     target = real & (rank >= (lengths - nt)[:, None])
     assert torch.equal(m.is_target, target)
     assert torch.equal(m.is_target.sum(1), nt)
@@ -192,7 +202,7 @@ def test_mask_invariants_over_many_orders(setting):
 
     # targets: one-hot rows in the order's sequence, then zero rows with label -100
     width_p = int(nt.max())
-    assert m.target_mapping.shape == (300, width_p, width)
+    assert m.target_mapping.shape == (mask.size(0), width_p, width)
     assert torch.equal(m.target_mask, (torch.arange(width_p)[None] < nt[:, None]).float())
     assert torch.equal(m.target_mapping.sum(-1), m.target_mask)
     for b, r in enumerate(rows(order)):
@@ -207,6 +217,7 @@ def test_mask_invariants_over_many_orders(setting):
     h, q = XLNetModel.attention_masks(ids, 0, mask, None, m.perm_mask)
     assert torch.equal(q[:, 0], visible)
     assert torch.equal(h[:, 0], visible | torch.eye(width, dtype=torch.bool))
+    assert not (h[:, 0] & ci & tj).any()  # a non-target's content stream never sees a target
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[str(s) for s in SETTINGS])
@@ -291,6 +302,157 @@ def test_partial_prediction_hides_each_target_from_earlier_ones():
     changed[0, context] = (ids[0, context] + 1) % 20
     out = logits(changed)
     assert not torch.allclose(out[0], base[0], atol=1e-3)  # a non-target is seen by both
+
+
+# ---------------------------------------------------------------------------------------
+# Span targets
+# ---------------------------------------------------------------------------------------
+
+SPAN_SETTINGS = [{}, {"K": 3}, {"K": 2.5, "max_span": 3}, {"n_predict": 4}, {"K": 1}]
+
+
+def spans_of(span_ids: list[int]) -> dict[int, list[int]]:
+    """Span index -> the positions carrying it (sorted)."""
+    out: dict[int, list[int]] = {}
+    for i, v in enumerate(span_ids):
+        if v >= 0:
+            out.setdefault(v, []).append(i)
+    return out
+
+
+@pytest.mark.parametrize("setting", SPAN_SETTINGS, ids=[str(s) for s in SPAN_SETTINGS])
+def test_span_targets_are_runs_of_consecutive_real_tokens_with_the_requested_count(setting):
+    g = torch.Generator().manual_seed(7)
+    mask = random_masks(300, 16, g)
+    span_ids = sample_spans(mask, g, **setting)
+    max_span = setting.get("max_span", 5)
+    count = {k: v for k, v in setting.items() if k != "max_span"} or {"K": 6}
+    assert span_ids.shape == mask.shape and span_ids.dtype == torch.long
+    for r, m in zip(span_ids.tolist(), mask.tolist()):
+        real = [i for i, v in enumerate(m) if v]
+        assert all(r[i] == -1 for i in range(len(m)) if not m[i])  # padding never a target
+        spans = spans_of(r)
+        assert sorted(spans) == list(range(len(spans)))  # numbered 0, 1, ...
+        for positions in spans.values():
+            at = real.index(positions[0])
+            assert positions == real[at : at + len(positions)]  # consecutive real tokens
+            assert 1 <= len(positions) <= max_span
+        assert sum(v >= 0 for v in r) == n_targets(len(real), **count)
+    g = torch.Generator().manual_seed(7)
+    assert torch.equal(sample_spans(random_masks(300, 16, g), g, **setting), span_ids)  # reproducible
+
+
+def test_span_lengths_and_target_share_on_long_rows():
+    """Rows of 600 tokens, K = 6: a sixth of the tokens are targets, in spans of length n = 1..5
+    with p(n) ~ 1/n."""
+    span_ids = sample_spans(torch.full((200,), 600), torch.Generator().manual_seed(0), K=6)
+    sizes = [len(p) for r in span_ids.tolist() for p in spans_of(r).values()]
+    share = (span_ids >= 0).float().mean().item()
+    assert share == pytest.approx(100 / 600)
+    counts = [sizes.count(n) for n in range(1, 6)]
+    assert counts[1] > counts[2] > counts[3] > counts[4] > 100, counts
+    for n in range(2, 6):  # p(n) / p(1) = 1 / n
+        assert counts[n - 1] / counts[0] == pytest.approx(1 / n, rel=0.1), counts
+    # the same count with the last 1/K of random orders: almost never a run of 5
+    order = sample_orders(torch.full((200,), 600), torch.Generator().manual_seed(0))
+    last = permutation_masks(order, K=6).is_target.long()
+    runs5 = (last.unfold(1, 5, 1).sum(-1) == 5).sum().item()
+    assert runs5 < counts[4] / 10
+
+
+@pytest.mark.parametrize("length", [9, 13, 17, 40])
+def test_every_position_of_a_row_can_be_a_span_target(length):
+    """The windows tile the row: every position is a target about as often as with the last
+    1/K of random orders (a walk that stopped at the count would leave the row's end out)."""
+    n = 6000
+    chosen = sample_spans(torch.full((n,), length), torch.Generator().manual_seed(length), K=6) >= 0
+    share = chosen.float().mean(0)
+    expected = max(1, length // 6) / length
+    assert share.mean().item() == pytest.approx(expected)
+    assert share.min().item() > 0.5 * expected, share.tolist()
+
+
+@pytest.mark.parametrize("setting", SPAN_SETTINGS, ids=[str(s) for s in SPAN_SETTINGS])
+def test_span_orders_put_every_target_last_and_the_masks_pass_every_check(setting):
+    """The exhaustive mask checks of the last-1/K targets, on span targets: the order puts the
+    spans after every non-target, so the same masks follow; and against a loop over the
+    definition."""
+    g = torch.Generator().manual_seed(11)
+    width = 12
+    mask = random_masks(300, width, g)
+    ids = torch.randint(0, 50, mask.shape, generator=g)
+    chosen = sample_spans(mask, g, **setting) >= 0
+    order = sample_orders(mask, g, last=chosen)
+    nt = chosen.sum(1)
+    m = permutation_masks(order, n_predict=nt, input_ids=ids)
+    assert torch.equal(m.is_target, chosen)
+    check_mask_invariants(order, mask, ids, m, nt)
+    for b, r in enumerate(rows(order)):
+        perm, targets = reference_masks(r, width, int(nt[b]))
+        assert torch.equal(m.perm_mask[b], perm)
+        assert sorted(targets) == chosen[b].nonzero().flatten().tolist()
+    # plm_batch(targets="span") is this composition, on one generator
+    seed = 12
+    gen = torch.Generator().manual_seed(seed)
+    span_kw = {k: v for k, v in setting.items()}
+    chosen = sample_spans(mask, gen, **span_kw) >= 0
+    order = sample_orders(mask, gen, last=chosen)
+    expect = permutation_masks(order, n_predict=chosen.sum(1), input_ids=ids)
+    batch = plm_batch(ids, mask, generator=seed, targets="span", **span_kw)
+    for k, v in expect.as_batch().items():
+        assert torch.equal(batch[k], v), k
+
+
+def test_orders_with_targets_last_are_uniform_within_each_part():
+    n = 6000
+    last = torch.tensor([[False, True, False, True]]).expand(n, 4)
+    order = sample_orders(torch.full((n,), 4), torch.Generator().manual_seed(0), last=last)
+    counts = {}
+    for r in order.tolist():
+        counts[tuple(r)] = counts.get(tuple(r), 0) + 1
+    assert set(counts) == {(a, b, c, d) for a, b in ((0, 2), (2, 0)) for c, d in ((1, 3), (3, 1))}
+    sigma = math.sqrt(n * 0.25 * 0.75)
+    assert all(abs(c - n / 4) < 5 * sigma for c in counts.values()), counts
+
+
+def test_a_span_is_predicted_with_none_of_its_tokens_in_the_context():
+    """The first target of a span (in the order) depends on no token of the span; every target
+    depends on the non-targets."""
+    model = tiny_model(2, vocab_size=20)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 20, (1, 12), generator=g)
+    span_ids = torch.full((1, 12), -1)
+    span_ids[0, 4:7] = 0  # one span of three tokens
+    order = sample_orders(torch.ones(1, 12), g, last=span_ids >= 0)
+    m = permutation_masks(order, n_predict=3)
+    assert sorted(m.target_positions[0].tolist()) == [4, 5, 6]
+
+    def logits(x):
+        with torch.no_grad():
+            return model(x, perm_mask=m.perm_mask, target_mapping=m.target_mapping).logits[0]
+
+    base = logits(ids)
+    changed = ids.clone()
+    changed[0, 4:7] = (ids[0, 4:7] + 1) % 20
+    assert torch.allclose(logits(changed)[0], base[0], atol=1e-6)  # the whole span is hidden from it
+    assert not torch.allclose(logits(changed)[2], base[2], atol=1e-3)  # the last sees the first two
+    changed = ids.clone()
+    changed[0, 0] = (ids[0, 0] + 1) % 20
+    assert not torch.allclose(logits(changed)[0], base[0], atol=1e-3)  # the context is seen
+
+
+def test_span_arguments_are_checked_and_plm_loss_takes_span_targets():
+    with pytest.raises(ValueError, match="targets must be one of"):
+        plm_batch(torch.zeros(2, 4, dtype=torch.long), targets="spans")
+    with pytest.raises(ValueError, match="max_span"):
+        sample_spans(torch.ones(2, 4), 0, max_span=0)
+    with pytest.raises(ValueError, match="last must be"):
+        sample_orders(torch.ones(2, 4), 0, last=torch.ones(2, 3, dtype=torch.bool))
+    model = tiny_model(0, vocab_size=20)
+    g = torch.Generator().manual_seed(0)
+    batch = {"input_ids": torch.randint(0, 20, (4, 13), generator=g), "attention_mask": torch.ones(4, 13)}
+    loss, metrics = plm_loss(model, batch, K=3, targets="span", generator=0)
+    assert torch.isfinite(loss) and 0 <= metrics["plm_accuracy"] <= 1
 
 
 # ---------------------------------------------------------------------------------------
