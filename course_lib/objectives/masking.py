@@ -26,7 +26,7 @@ No Python loop runs over tokens: masking is three tensor draws.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -181,14 +181,8 @@ class MLMMasker:
         )
 
     def _kwargs(self) -> dict:
-        return dict(
-            vocab_size=self.vocab_size,
-            mask_token_id=self.mask_token_id,
-            special_ids=self.special_ids,
-            mlm_probability=self.mlm_probability,
-            mask_replace_prob=self.mask_replace_prob,
-            random_replace_prob=self.random_replace_prob,
-        )
+        """Every field, as :func:`mask_tokens`'s keyword arguments (they share their names)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def __call__(
         self,

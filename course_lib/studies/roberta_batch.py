@@ -40,17 +40,21 @@ from . import Study, pretrain_arms, register_study
 from .bert import QUICK as BERT_QUICK
 from .bert import SETTINGS as BERT
 
+
+def batch_arms(*, small: int, big: int, lr: float) -> dict[str, dict[str, Any]]:
+    """The arms: the small batch at ``lr``; the big one (4x) at ``lr`` times 1, 2 (square-root
+    rule) and 4 (linear rule)."""
+    return {"small": dict(batch_size=small, lr=lr)} | {
+        f"big_lr{k}": dict(batch_size=big, lr=lr * k) for k in (1, 2, 4)
+    }
+
+
 SETTINGS: dict[str, Any] = dict(
     documents=BERT["documents"],  # chapter 3's text and tokenizer
     tokenizer=BERT["tokenizer"],
     model=dict(size="small"),
     pretrain=dict(max_len=BERT["pretrain"]["max_len"], masking="dynamic", pair_task="nsp", sequences=25_600),
-    arms={
-        "small": dict(batch_size=32, lr=1e-3),
-        "big_lr1": dict(batch_size=128, lr=1e-3),
-        "big_lr2": dict(batch_size=128, lr=2e-3),
-        "big_lr4": dict(batch_size=128, lr=4e-3),
-    },
+    arms=batch_arms(small=32, big=128, lr=1e-3),
     curve_points=8,
     mask_draws=4,
 )
@@ -60,12 +64,7 @@ QUICK: dict[str, Any] = dict(
     tokenizer=BERT_QUICK["tokenizer"],
     model=dict(size="tiny"),
     pretrain=dict(SETTINGS["pretrain"], sequences=32),
-    arms={
-        "small": dict(batch_size=4, lr=1e-3),
-        "big_lr1": dict(batch_size=16, lr=1e-3),
-        "big_lr2": dict(batch_size=16, lr=2e-3),
-        "big_lr4": dict(batch_size=16, lr=4e-3),
-    },
+    arms=batch_arms(small=4, big=16, lr=1e-3),
     curve_points=2,
     mask_draws=2,
 )
@@ -128,6 +127,6 @@ STUDY = register_study(
         "vs 128 for 200 steps at lr x1, x2 (square root) and x4 (linear)",
         settings={"full": SETTINGS, "quick": QUICK},
         run=run,
-        extra_sources=(arm_settings,),
+        extra_sources=(arm_settings, batch_arms),
     )
 )
