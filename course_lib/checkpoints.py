@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import random
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from .device import autocast_dtype, seed_offset
+from .files import atomic_write_text, write_atomically
 from .hashing import code_hash
 from .train import History, model_device
 
@@ -45,7 +45,6 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "train_or_load",
-    "atomic_write_text",
     "rng_state",
     "set_rng_state",
     "save_train_state",
@@ -67,6 +66,7 @@ def cache_dir() -> Path:
 TRAINING_SOURCES = (
     "checkpoints.py",
     "device.py",
+    "files.py",
     "hashing.py",
     "train.py",
     "train_log.py",
@@ -129,34 +129,6 @@ def cache_key(name: str, spec: Mapping[str, Any], device: torch.device | str = "
     payload = json.dumps(fields, sort_keys=True, default=str)
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
     return f"{safe}-{hashlib.sha256(payload.encode()).hexdigest()[:16]}"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_atomically(path: Path | str, write: Callable[[str], None]) -> Path:
-    """``write(temporary name)`` next to ``path``, then an atomic rename onto ``path``: a kill
-    during the write leaves the previous file whole (and no temporary file behind)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: give the file the user's usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
-    write_atomically(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def save_checkpoint(path: Path | str, model: nn.Module, metadata: Mapping[str, Any] | None = None) -> Path:

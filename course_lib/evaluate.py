@@ -349,7 +349,7 @@ def _cmd(args: argparse.Namespace) -> int:
         return 2
     text = json.dumps(result, indent=1)
     if args.json:
-        from .checkpoints import atomic_write_text
+        from .files import atomic_write_text
 
         atomic_write_text(args.json, text + "\n")
     print(text)

@@ -145,7 +145,7 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     for (ELMo, Transformer-XL's course variant) or a folder that is not a model's."""
     from safetensors.torch import save_file
 
-    from .checkpoints import atomic_write_text, write_atomically
+    from .files import atomic_write_text, write_atomically
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():

@@ -8,14 +8,22 @@ of the steps it will take again.
 from __future__ import annotations
 
 import csv
-import os
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .files import atomic_write_text
 
 if TYPE_CHECKING:
     from .train import History
 
 __all__ = ["MetricsLog"]
+
+
+def _csv_text(rows: list[list]) -> str:
+    buf = io.StringIO(newline="")
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue()
 
 
 class MetricsLog:
@@ -48,10 +56,7 @@ class MetricsLog:
             return
         kept = [rows[0]] + [r for r in rows[1:] if r and int(r[1]) <= last_step]
         self.columns = rows[0]
-        tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            csv.writer(f).writerows(kept)
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, _csv_text(kept))
 
     def write(self, history: History) -> None:
         step, loss, lr = history.steps[-1], history.loss[-1], history.lr[-1]
@@ -83,15 +88,11 @@ class MetricsLog:
             return
         evals_path = self.path.with_name(self.path.stem + "-evals.csv")
         names = sorted(history.evals)
-        tmp = evals_path.with_suffix(".tmp")
-        with tmp.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["step", *names])
-            for j, s in enumerate(history.eval_steps):
-                w.writerow(
-                    [s, *(f"{history.evals[n][j]:.6g}" if j < len(history.evals[n]) else "" for n in names)]
-                )
-        os.replace(tmp, evals_path)
+        rows = [["step", *names]] + [
+            [s, *(f"{history.evals[n][j]:.6g}" if j < len(history.evals[n]) else "" for n in names)]
+            for j, s in enumerate(history.eval_steps)
+        ]
+        atomic_write_text(evals_path, _csv_text(rows))
 
     def close(self) -> None:
         if self.tb is not None:

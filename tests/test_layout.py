@@ -1,6 +1,6 @@
 """The library's layers and which way imports go (parsed with ast, nothing imported).
 
-    0  device, train (+ train_state, train_parallel, train_log), checkpoints, claims, hashing
+    0  device, train (+ train_state, train_parallel, train_log), checkpoints, files, claims, hashing
                                                  shared utilities
     1  nn/          building blocks             data/   text, tokenizers, ELMo's codec
     2  models/      one file per family, models/hf.py for Hugging Face interop
@@ -29,6 +29,7 @@ LAYERS = {
     "train_parallel": 0,
     "train_log": 0,
     "checkpoints": 0,
+    "files": 0,
     "claims": 0,
     "hashing": 0,
     "nn": 1,
@@ -113,7 +114,7 @@ def test_imports_go_down_the_layers():
 
 
 # the ML floors: the library proper, which must not reach up into the build tooling
-ML_FLOORS = {"device", "train", "train_state", "train_parallel", "train_log", "checkpoints"}
+ML_FLOORS = {"device", "train", "train_state", "train_parallel", "train_log", "checkpoints", "files"}
 ML_FLOORS |= {"claims", "hashing", "nn", "data", "models", "objectives"}
 ML_FLOORS |= {"recipes", "analysis", "pretrained", "widgets", "viz", "studies"}
 

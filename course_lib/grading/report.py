@@ -11,10 +11,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
+
+from ..files import atomic_write_text
 
 __all__ = [
     "format_points",
@@ -110,18 +110,8 @@ def _plain(text: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """``text`` to ``path`` exactly as given, with the course's one atomic writer."""
+    atomic_write_text(path, text)
 
 
 def render_markdown(report: dict, titles: dict[str, str] | None = None) -> str:

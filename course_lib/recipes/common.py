@@ -28,10 +28,11 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from ..checkpoints import atomic_write_text, load_checkpoint, save_checkpoint, train_or_load
+from ..checkpoints import load_checkpoint, save_checkpoint, train_or_load
 from ..data import load_documents
 from ..data.documents import sentence_texts
 from ..device import get_device, seed_everything
+from ..files import atomic_write_text
 from ..models.albert import AlbertForMaskedLM, AlbertForPreTraining
 from ..models.bert import BertForMaskedLM, BertForPreTraining, BertLMHeadModel
 from ..models.roberta import RobertaForMaskedLM

@@ -165,8 +165,8 @@ def finetune_folder(
     """Fine-tune the model of ``model_dir`` on the labelled file ``train`` (module docstring),
     save it to ``out`` and return the metrics (also ``out/metrics.json``). ``ValueError`` /
     ``FileNotFoundError`` with one line for what it cannot do."""
-    from ..checkpoints import atomic_write_text
     from ..device import get_device
+    from ..files import atomic_write_text
     from ..models.albert import AlbertForSequenceClassification
     from ..models.bert import BertForSequenceClassification, BertForTokenClassification
     from .common import register_model, save_pretrained

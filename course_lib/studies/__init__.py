@@ -31,7 +31,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from typing import Any
 
 import torch
 
+from ..files import atomic_write_text
 from ..hashing import code_hash
 
 __all__ = [
@@ -247,17 +247,8 @@ def _check_json(value: Any, where: str) -> None:
 
 
 def _write_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # (mkstemp makes it private; a results file is for everyone)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """A results or golden file: sorted JSON, written with the one atomic writer."""
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def golden_path(name: str, root: Path | str | None = None) -> Path:

@@ -78,8 +78,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from torch import Tensor, nn
 
-from ..checkpoints import atomic_write_text
 from ..device import describe_device, get_device
+from ..files import atomic_write_text
 from .bench_models import (
     COURSE_STEP_OPTIONS,
     GRAD_TOL,
