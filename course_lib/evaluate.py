@@ -62,9 +62,10 @@ def _inputs(examples: dict[str, torch.Tensor], sl: slice, device: torch.device) 
 
 @torch.no_grad()
 def _masked_lm(model, tokenizer, examples, *, seed, batch_size, pll, progress) -> dict[str, float]:
+    from .objectives.masking import MLM_PROBABILITY
     from .objectives.pretraining import make_masker
 
-    masker = make_masker(tokenizer, mlm_probability=0.15)
+    masker = make_masker(tokenizer, mlm_probability=MLM_PROBABILITY)
     device = next(model.parameters()).device
     special = examples["attention_mask"] == 0
     g = torch.Generator().manual_seed(seed)

@@ -63,6 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..objectives.masking import MLM_PROBABILITY
 from ..objectives.pairs import reverse_sequences
 from ..train import evaluating
 from .lm_steps import (
@@ -461,7 +462,7 @@ def mask_discrepancy(
     *,
     mask_token_id: int,
     special_ids: Sequence[int] = (),
-    mask_share: float = 0.15,
+    mask_share: float = MLM_PROBABILITY,
     generator: torch.Generator | None = None,
     attention_mask: Tensor | None = None,
 ) -> dict[str, float | int | Tensor]:

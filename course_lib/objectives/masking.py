@@ -36,6 +36,7 @@ from ..models.bert import IGNORE_INDEX
 
 __all__ = [
     "IGNORE_INDEX",
+    "MLM_PROBABILITY",
     "MASKED",
     "RANDOM",
     "KEPT",
@@ -44,6 +45,9 @@ __all__ = [
     "MLMMasker",
     "MaskedLMData",
 ]
+
+#: BERT's share of tokens chosen for prediction: the one place the course states it
+MLM_PROBABILITY = 0.15
 
 # what happened to a chosen token (``mask_tokens(..., return_actions=True)``); 0 = not chosen
 MASKED, RANDOM, KEPT = 1, 2, 3
@@ -81,7 +85,7 @@ def mask_tokens(
     mask_token_id: int,
     special_ids: Sequence[int] | Tensor | None = None,
     special_mask: Tensor | None = None,
-    mlm_probability: float = 0.15,
+    mlm_probability: float = MLM_PROBABILITY,
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
     generator: torch.Generator | None = None,
@@ -169,7 +173,7 @@ class MLMMasker:
     vocab_size: int  # size of the vocabulary
     mask_token_id: int  # id of [MASK]
     special_ids: tuple[int, ...] = ()  # ids never chosen nor drawn: [CLS], [SEP], [PAD], [UNK], ...
-    mlm_probability: float = 0.15  # share of tokens chosen
+    mlm_probability: float = MLM_PROBABILITY  # share of tokens chosen
     mask_replace_prob: float = 0.8  # chosen -> [MASK]
     random_replace_prob: float = 0.1  # chosen -> random ordinary token (the rest stay unchanged)
 

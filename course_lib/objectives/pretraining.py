@@ -18,7 +18,7 @@ from ..data.documents import segment_documents, tokenize_documents
 from ..data.tokenizers import special_ids
 from ..train import evaluating, model_device
 from .losses import PAIR_LABELS, data_pair_task, pair_fields
-from .masking import IGNORE_INDEX, KEPT, MASKED, RANDOM, MaskedLMData, MLMMasker
+from .masking import IGNORE_INDEX, KEPT, MASKED, MLM_PROBABILITY, RANDOM, MaskedLMData, MLMMasker
 from .pairs import make_nsp_pairs, make_sop_pairs, pack_pairs, pack_sentences, pack_stream, trim_padding
 
 __all__ = [
@@ -121,7 +121,7 @@ def pretraining_examples(
 def make_masker(
     tokenizer,
     *,
-    mlm_probability: float = 0.15,
+    mlm_probability: float = MLM_PROBABILITY,
     mask_replace_prob: float = 0.8,
     random_replace_prob: float = 0.1,
 ) -> MLMMasker:
@@ -183,7 +183,7 @@ def pretraining_data(
     masking: str = "static",
     static_copies: int = 1,
     batch_size: int = 64,
-    mlm_probability: float = 0.15,
+    mlm_probability: float = MLM_PROBABILITY,
     group_by_length: bool = True,
     seed: int = 0,
 ) -> MaskedLMData:

@@ -47,6 +47,7 @@ from ..device import get_device
 from ..models.albert import AlbertConfig
 from ..models.bert import BertConfig, BertForMaskedLM, BertForPreTraining, BertLMHeadModel
 from ..objectives import MaskedLMData, causal_lm_loss, pretraining_loss, reverse_sequences
+from ..objectives.masking import MLM_PROBABILITY
 from ..objectives.pretraining import (
     check_pair_task,
     check_row_unit,
@@ -218,7 +219,7 @@ def pretrain_bert(
     causal: bool = False,
     direction: str = "left_to_right",
     max_len: int = 128,
-    mlm_probability: float = 0.15,
+    mlm_probability: float = MLM_PROBABILITY,
     tokenizer: Any = None,
     tokenizer_kind: str = "wordpiece",
     vocab_size: int = 4000,

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..models.bert import BertForMaskedLM, BertForPreTraining
+from ..objectives.masking import MLM_PROBABILITY
 from ..objectives.pretraining import ROW_UNITS
 from ..train import History
 from .bert import pretrain_bert
@@ -70,7 +71,7 @@ def _cmd(args: argparse.Namespace) -> int:
             row_unit=args.row_unit,
             causal=args.causal is not None,
             direction=(args.causal or "left-to-right").replace("-", "_"),
-            mlm_probability=getattr(args, "mask_rate", None) or 0.15,
+            mlm_probability=getattr(args, "mask_rate", None) or MLM_PROBABILITY,
             device=device,
             **_pair_arguments(args),
             **document_arguments(args),

@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..objectives.masking import MLM_PROBABILITY
+
 __all__ = ["OBJECTIVES", "register", "main", "read_config", "fraction", "check_arguments"]
 
 # objective -> (module whose register() adds the recipe command, the command's name, presets, help)
@@ -387,9 +389,10 @@ def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
         g.add_argument(
             "--mask-rate",
             type=fraction(zero=False),
-            default=0.15,
+            default=MLM_PROBABILITY,
             metavar="R",
-            help="the fraction of tokens chosen for prediction (80/10/10 rule; default 0.15, BERT's)",
+            help="the fraction of tokens chosen for prediction "
+            f"(80/10/10 rule; default {MLM_PROBABILITY}, BERT's)",
         )
 
 

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from ..models.albert import AlbertConfig, AlbertForPreTraining
 from ..models.bert import BertConfig, BertForPreTraining
 from ..models.xlnet import XLNetConfig, XLNetLMHeadModel
+from ..objectives.masking import MLM_PROBABILITY
 
 __all__ = [
     "MODELS",
@@ -51,7 +52,7 @@ FLOOR_FRACTION = 1e-4  # a gradient tensor's scale is at least this share of the
 GRAD_TOL = 1e-3  # max |g_course - g_hf| / max |g_hf| over every parameter tensor (float32, eval mode)
 
 
-MASK_FRACTION = 0.15  # share of positions with an MLM label / of XLNet's order that is predicted
+MASK_FRACTION = MLM_PROBABILITY  # share of positions with an MLM label / of XLNet's order that is predicted
 
 
 MASK_ID = 4  # the id that replaces the masked positions (any id of the vocabulary would do)

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..objectives import KEPT, MASKED, RANDOM
+from ..objectives.masking import MLM_PROBABILITY
 from ..objectives.pretraining import make_masker
 
 __all__ = ["TokenRow", "MaskingDraw", "MaskingWidget"]
@@ -143,7 +144,7 @@ class MaskingWidget:
         tokenizer,
         *,
         text: str = "The keys to the cabinet are on the table.",
-        mlm_probability: float = 0.15,
+        mlm_probability: float = MLM_PROBABILITY,
         seed: int = 0,
         k: int = 5,
         mask_replace_prob: float = 0.8,
