@@ -39,11 +39,9 @@ from .tasks import (
     agreement_examples,
     agreement_pairs,
     name_sentences,
-    nsp_pairs,
     pronoun_pairs,
     sense_examples,
     sense_words,
-    sop_pairs,
     topic_pairs,
 )
 from .text_files import load_documents, load_sentences, read_text_files, source_fingerprint
@@ -88,11 +86,9 @@ __all__ = [
     "agreement_examples",
     "agreement_pairs",
     "name_sentences",
-    "nsp_pairs",
     "pronoun_pairs",
     "sense_examples",
     "sense_words",
-    "sop_pairs",
     "topic_pairs",
     "load_documents",
     "load_sentences",

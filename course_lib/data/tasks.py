@@ -11,9 +11,9 @@
 * :func:`pronoun_pairs`: Winograd-style minimal pairs that differ in one adjective, which
   decides what "it" refers to.
 * :func:`name_sentences`: sentences with multi-token names (*New York*, *Harry Potter*).
-* :func:`nsp_pairs` / :func:`sop_pairs`: BERT's next-sentence and ALBERT's sentence-order
-  pairs from documents, with Hugging Face's label convention (0 = real continuation /
-  right order, 1 = random sentence / swapped).
+
+BERT's next-sentence and ALBERT's sentence-order pair tasks on this text are drawn by the
+pretraining pairs' own rule: :func:`course_lib.objectives.pairs.text_pairs`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ __all__ = [
     "name_sentences",
     "name_documents",
     "two_word_cities",
-    "nsp_pairs",
-    "sop_pairs",
     "topic_pairs",
     "pos_tagging_task",
 ]
@@ -222,60 +220,6 @@ def _check_docs(documents, sentences_per_unit: int = 1) -> list[Document]:
             f"{sentences_per_unit} sentences"
         )
     return docs
-
-
-def _units(doc: Document, sentences_per_unit: int) -> list[str]:
-    """The document's text in consecutive units of ``sentences_per_unit`` sentences (the
-    last unit may be shorter): single sentences, or the papers' multi-sentence segments."""
-    if sentences_per_unit < 1:
-        raise ValueError(f"sentences_per_unit must be at least 1, got {sentences_per_unit}")
-    sents = [x.text for x in doc.sentences]
-    return [" ".join(sents[i : i + sentences_per_unit]) for i in range(0, len(sents), sentences_per_unit)]
-
-
-def nsp_pairs(
-    documents, *, seed: int = 0, random_prob: float = 0.5, sentences_per_unit: int = 1
-) -> list[tuple[str, str, int]]:
-    """Next-sentence prediction pairs ``(a, b, label)``: one per adjacent pair of units
-    (single sentences, or segments of ``sentences_per_unit`` consecutive sentences).
-
-    With probability ``random_prob`` b is replaced by a unit of another document
-    (label 1, "random"); otherwise b is the real next unit (label 0, "is next").
-    """
-    docs = _check_docs(documents, sentences_per_unit)
-    if len(docs) < 2:
-        raise ValueError("next-sentence prediction needs at least two documents (for random sentences)")
-    units = [_units(d, sentences_per_unit) for d in docs]
-    rng = random.Random(seed)
-    out = []
-    for k, us in enumerate(units):
-        for a, b in zip(us, us[1:]):
-            if rng.random() < random_prob:
-                j = rng.randrange(len(docs) - 1)
-                j += j >= k
-                out.append((a, units[j][rng.randrange(len(units[j]))], 1))
-            else:
-                out.append((a, b, 0))
-    return out
-
-
-def sop_pairs(
-    documents, *, seed: int = 0, p_swap: float = 0.5, sentences_per_unit: int = 1
-) -> list[tuple[str, str, int]]:
-    """Sentence-order prediction pairs ``(a, b, label)``: adjacent units (sentences, or
-    segments of ``sentences_per_unit`` sentences), swapped with probability ``p_swap``
-    (label 1) or in their order (label 0)."""
-    docs = _check_docs(documents, sentences_per_unit)
-    rng = random.Random(seed)
-    out = []
-    for d in docs:
-        us = _units(d, sentences_per_unit)
-        for a, b in zip(us, us[1:]):
-            if rng.random() < p_swap:
-                out.append((b, a, 1))
-            else:
-                out.append((a, b, 0))
-    return out
 
 
 def topic_pairs(documents, n: int, *, seed: int = 0) -> list[tuple[str, str, int]]:

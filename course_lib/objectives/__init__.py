@@ -37,6 +37,7 @@ from .pairs import (
     pack_sentences,
     pack_stream,
     reverse_sequences,
+    text_pairs,
     trim_padding,
     truncate_pair_lengths,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "data_pair_task",
     "pair_fields",
     "make_sop_pairs",
+    "text_pairs",
     "as_generator",
     "collate",
     "elmo_lm_loss",

@@ -1,6 +1,8 @@
 r"""Sentence pairs on token ids: next-sentence and sentence-order prediction, packing, batches.
 
-Everything works on token ids (lists of ``int`` or tensors), so any tokenizer fits.
+Everything works on token ids (lists of ``int`` or tensors), so any tokenizer fits; the same
+two builders also pair units of text (:func:`text_pairs`: the labelled pair *tasks* a model is
+fine-tuned on are drawn by the very rule its pretraining pairs were).
 
 **Next-sentence pairs** (BERT). For each sentence A that has a successor in its document,
 B is the true next sentence with probability 1/2 (label 0) and otherwise a sentence drawn
@@ -39,6 +41,7 @@ __all__ = [
     "make_nsp_pairs",
     "SOPPairs",
     "make_sop_pairs",
+    "text_pairs",
     "truncate_pair_lengths",
     "pack_pairs",
     "pack_pair",
@@ -48,6 +51,12 @@ __all__ = [
     "trim_padding",
     "reverse_sequences",
 ]
+
+
+def _non_empty(documents: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """The documents' non-empty units (id lists copied, strings kept), empty documents dropped."""
+    docs = [[u if isinstance(u, str) else list(u) for u in doc if len(u) > 0] for doc in documents]
+    return [d for d in docs if d]
 
 
 class NSPPairs(NamedTuple):
@@ -64,13 +73,15 @@ def make_nsp_pairs(
     """One pair per sentence that has a successor: B is the next sentence or (with
     ``random_prob``) a random sentence of another document.
 
-    ``documents``: a list of documents, each a list of sentences, each a list of token ids.
-    ``rng``: an int seed, a ``torch.Generator``, a ``numpy.random.Generator`` or
-    ``random.Random``. Empty sentences are dropped. Needs at least two non-empty documents.
+    ``documents``: a list of documents, each a list of sentences, each a list of token ids
+    (or a string: units of text are paired as they are, :func:`text_pairs`). ``rng``: an int
+    seed, a ``torch.Generator``, a ``numpy.random.Generator`` or ``random.Random``. Empty
+    sentences are dropped. Needs at least two non-empty documents.
     """
+    if not 0.0 <= random_prob <= 1.0:
+        raise ValueError(f"random_prob must lie in [0, 1], got {random_prob}")
     g = as_generator(rng)
-    docs = [[list(s) for s in doc if len(s) > 0] for doc in documents]
-    docs = [d for d in docs if d]
+    docs = _non_empty(documents)
     if len(docs) < 2:
         raise ValueError(
             "next-sentence pairs need at least 2 non-empty documents (random B comes from another one), got "
@@ -118,7 +129,7 @@ def make_sop_pairs(
     successor, swapped with probability ``swap_prob`` (label 1) or kept in order (label 0).
 
     ``documents``: a list of documents, each a list of sentences (or segments: any unit),
-    each a list of token ids. ``rng``: an int seed, a ``torch.Generator``, a
+    each a list of token ids (or a string, :func:`text_pairs`). ``rng``: an int seed, a ``torch.Generator``, a
     ``numpy.random.Generator`` or ``random.Random``. Empty sentences are dropped, so the
     two members of a pair are consecutive among a document's non-empty sentences. Pairs
     come in document order; one uniform draw per pair decides its swap. Needs a
@@ -127,8 +138,7 @@ def make_sop_pairs(
     if not 0.0 <= swap_prob <= 1.0:
         raise ValueError(f"swap_prob must lie in [0, 1], got {swap_prob}")
     g = as_generator(rng)
-    docs = [[list(s) for s in doc if len(s) > 0] for doc in documents]
-    docs = [d for d in docs if d]
+    docs = _non_empty(documents)
     sentences = [s for d in docs for s in d]
     n_sent = torch.tensor([len(d) for d in docs], dtype=torch.long)
     doc_of = torch.repeat_interleave(torch.arange(len(docs)), n_sent)
@@ -149,6 +159,47 @@ def make_sop_pairs(
         b=[sentences[i] for i in b_idx.tolist()],
         label=swap.long(),
     )
+
+
+_PAIR_BUILDERS = {"nsp": ("random_prob", make_nsp_pairs), "sop": ("swap_prob", make_sop_pairs)}
+
+
+def text_pairs(
+    documents: Sequence[Any],
+    pair_task: str,
+    *,
+    seed: int = 0,
+    sentences_per_unit: int = 1,
+    prob: float = 0.5,
+) -> list[tuple[str, str, int]]:
+    """A labelled sentence-pair task ``(a, b, label)`` on text, drawn by the pretraining
+    pairs' rule: :func:`make_nsp_pairs` (``pair_task="nsp"``; ``prob`` = its ``random_prob``)
+    or :func:`make_sop_pairs` (``"sop"``; ``prob`` = its ``swap_prob``), with Hugging Face's
+    labels (0 = the real continuation / the right order, 1 = a random unit / swapped).
+
+    ``documents``: corpus documents (objects with ``.sentences``, each with ``.text``) or
+    lists of sentence strings. A unit is ``sentences_per_unit`` consecutive sentences joined
+    by a space (the last unit of a document may be shorter): single sentences, or the
+    papers' multi-sentence segments. ``seed`` draws the pairs.
+    """
+    if pair_task not in _PAIR_BUILDERS:
+        raise ValueError(f"pair_task must be one of {sorted(_PAIR_BUILDERS)}, got {pair_task!r}")
+    if type(sentences_per_unit) is not int or sentences_per_unit < 1:
+        raise ValueError(f"sentences_per_unit must be an integer of at least 1, got {sentences_per_unit!r}")
+    units = []
+    for doc in documents:
+        sents = [x.text for x in doc.sentences] if hasattr(doc, "sentences") else [str(x) for x in doc]
+        units.append(
+            [" ".join(sents[i : i + sentences_per_unit]) for i in range(0, len(sents), sentences_per_unit)]
+        )
+    if not any(len(us) > 1 for us in units):
+        raise ValueError(
+            f"pairs of units of {sentences_per_unit} sentence(s) need at least one document with more than "
+            f"{sentences_per_unit} sentences"
+        )
+    name, build = _PAIR_BUILDERS[pair_task]
+    pairs = build(units, seed, **{name: prob})
+    return list(zip(pairs.a, pairs.b, pairs.label.tolist()))
 
 
 def truncate_pair_lengths(len_a: Tensor, len_b: Tensor, budget: int) -> tuple[Tensor, Tensor]:

@@ -31,10 +31,10 @@ from functools import partial
 from typing import Any
 
 from ..analysis.layers import layer_transitions
-from ..data.tasks import nsp_pairs, sop_pairs
 from ..device import get_device
 from ..models.albert import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining
 from ..models.sizes import parameter_breakdown
+from ..objectives.pairs import text_pairs
 from ..objectives.pretraining import evaluate_mlm, make_masker, pretraining_examples
 from ..recipes.bert import pretrain_bert
 from ..recipes.finetune import finetune_classifier
@@ -128,12 +128,10 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     # test pairs from the held-out documents
     t = s["transfer"]
     finetune = partial(finetune_each, tokenizer=tokenizer, seed=seed, device=device)
-    for task, make in (("sop", sop_pairs), ("nsp", nsp_pairs)):
-        unit = t["sentences_per_unit"]
-        train_items = [((a, b), y) for a, b, y in make(train_docs, seed=seed, sentences_per_unit=unit)][
-            : t["train"]
-        ]
-        test_items = [((a, b), y) for a, b, y in make(held_docs, seed=seed + 1, sentences_per_unit=unit)]
+    for task in ("sop", "nsp"):
+        pairs = partial(text_pairs, pair_task=task, sentences_per_unit=t["sentences_per_unit"])
+        train_items = [((a, b), y) for a, b, y in pairs(train_docs, seed=seed)][: t["train"]]
+        test_items = [((a, b), y) for a, b, y in pairs(held_docs, seed=seed + 1)]
         if len(train_items) < t["train"] or not test_items:
             raise ValueError(
                 f"too few {task} pairs: {len(train_items)} to train on, {len(test_items)} to test on"

@@ -1,13 +1,11 @@
-"""Labelled tasks from the corpus: agreement pairs, jam senses, pronoun pairs, names, NSP/SOP."""
+"""Labelled tasks from the corpus: agreement pairs, jam senses, pronoun pairs, names."""
 
 from collections import Counter
 
 import pytest
 
 from course_lib.data import tasks
-from course_lib.data.corpus import generate_documents
 from course_lib.data.lexicon import load_lexicon
-from course_lib.data.words import word_tokenize
 
 
 def test_agreement_pairs_are_balanced_minimal_pairs():
@@ -54,52 +52,3 @@ def test_name_sentences_have_multi_token_names():
     assert len(sents) == 200 and all(s.names for s in sents)
     names = Counter(" ".join(s.tokens[a:b]) for s in sents for a, b in s.names)
     assert any(n.startswith("New ") for n in names) and any(n.startswith("San ") for n in names)
-
-
-def test_nsp_and_sop_pairs():
-    docs = generate_documents(200, seed=4)
-    nsp = tasks.nsp_pairs(docs, seed=0)
-    sop = tasks.sop_pairs(docs, seed=0)
-    n_adjacent = sum(len(d) - 1 for d in docs)
-    assert len(nsp) == len(sop) == n_adjacent
-    adjacent = {(a.text, b.text) for d in docs for a, b in zip(d.sentences, d.sentences[1:])}
-    for a, b, label in sop:
-        assert ((a, b) in adjacent) == (label == 0) and ((b, a) in adjacent) == (label == 1)
-    doc_of = {s.text: k for k, d in enumerate(docs) for s in d.sentences}
-    for a, b, label in nsp:
-        assert (label == 0) == ((a, b) in adjacent)
-        if label == 1:
-            assert doc_of[a] != doc_of[b]
-    assert 0.4 < sum(label for *_, label in nsp) / len(nsp) < 0.6
-    for a, _, _ in nsp[:50]:
-        assert word_tokenize(a)
-    with pytest.raises(ValueError, match="two documents"):
-        tasks.nsp_pairs(docs[:1])
-
-
-def test_nsp_and_sop_pairs_of_segments():
-    docs = generate_documents(100, seed=5)
-    k = 3
-    units = {
-        k2: [" ".join(s.text for s in d.sentences[i : i + k]) for i in range(0, len(d), k)]
-        for k2, d in enumerate(docs)
-    }
-    adjacent = {(a, b) for us in units.values() for a, b in zip(us, us[1:])}
-    sop = tasks.sop_pairs(docs, seed=1, sentences_per_unit=k)
-    nsp = tasks.nsp_pairs(docs, seed=1, sentences_per_unit=k)
-    assert len(sop) == len(nsp) == len(adjacent) == sum(len(us) - 1 for us in units.values())
-    for a, b, label in sop:  # both orders come from one document: only the order differs
-        assert ((a, b) in adjacent) == (label == 0) and ((b, a) in adjacent) == (label == 1)
-    doc_of = {u: k2 for k2, us in units.items() for u in us}
-    for a, b, label in nsp:
-        assert (label == 0) == ((a, b) in adjacent)
-        if label == 1:
-            assert doc_of[a] != doc_of[b]
-    assert 0.4 < sum(label for *_, label in sop) / len(sop) < 0.6
-    assert tasks.sop_pairs(docs, seed=1) != sop  # units of one sentence by default
-    with pytest.raises(ValueError, match="at least 1"):
-        tasks.sop_pairs(docs, sentences_per_unit=0)
-    short = [d for d in docs if len(d) <= 4][:3]
-    if short:
-        with pytest.raises(ValueError, match="more than 4 sentences"):
-            tasks.sop_pairs(short, sentences_per_unit=4)
