@@ -42,6 +42,8 @@ _LAZY = {
     "XLNetConfig": "course_lib.models.xlnet",
     "XLNetModel": "course_lib.models.xlnet",
     "XLNetLMHeadModel": "course_lib.models.xlnet",
+    "XLNetTaskConfig": "course_lib.models.xlnet",
+    "XLNetForTokenClassification": "course_lib.models.xlnet",
     "TransfoXLConfig": "course_lib.models.transfo_xl",
     "TransfoXLModel": "course_lib.models.transfo_xl",
     "TransfoXLLMHeadModel": "course_lib.models.transfo_xl",

@@ -34,10 +34,24 @@ class WithBody(CountsParameters):
     Transformer-XL's LM heads): ``base`` (the body), ``device`` and ``num_parameters``."""
 
     base_attr: str
+    optional_body_keys: tuple[str, ...] = ()  # prefixes of body weights a start may lack (BERT: "pooler.")
 
     @property
     def base(self) -> nn.Module:
         return getattr(self, self.base_attr)
+
+    def load_body(self, body: nn.Module) -> None:
+        """Copy a pretrained body's weights into this model's (the fine-tuning start). Weights
+        under ``optional_body_keys`` are copied when both have them; any other mismatch is an
+        error."""
+        result = self.base.load_state_dict(body.state_dict(), strict=False)
+        bad = [
+            k
+            for k in (*result.missing_keys, *result.unexpected_keys)
+            if not k.startswith(self.optional_body_keys)
+        ]
+        if bad:
+            raise ValueError(f"the body does not fit this model: {bad[:5]}")
 
     @property
     def device(self) -> torch.device:

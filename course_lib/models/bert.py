@@ -100,6 +100,7 @@ __all__ = [
     "body_of",
     "masked_lm_loss",
     "next_token_loss",
+    "token_classification_loss",
     "IGNORE_INDEX",
     "check_inputs",
 ]
@@ -437,6 +438,7 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
     model_class: type = BertModel
     base_attr = "bert"
     add_pooling_layer = False
+    optional_body_keys = ("pooler.",)  # load_body copies the pooler when both have one
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -455,14 +457,6 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
 
     def tie_weights(self) -> None:
         """Share weights between heads and body (none by default)."""
-
-    def load_body(self, body: BertModel) -> None:
-        """Copy a pretrained encoder's weights into this model's (the fine-tuning start). The
-        pooler is copied when both have one; any other mismatch is an error."""
-        result = self.base.load_state_dict(body.state_dict(), strict=False)
-        bad = [k for k in (*result.missing_keys, *result.unexpected_keys) if not k.startswith("pooler.")]
-        if bad:
-            raise ValueError(f"the body does not fit this model: {bad[:5]}")
 
     def forward(
         self,
@@ -684,17 +678,7 @@ class BertForTokenClassification(_BertClassifier):
 
     def forward_heads(self, out: BertModelOutput, labels: Tensor | None) -> TokenClassifierOutput:
         logits = self.classifier(self.dropout(out.last_hidden_state))
-        loss = None
-        if labels is not None:
-            if labels.shape != logits.shape[:2]:
-                raise ValueError(
-                    f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}"
-                )
-            loss = F.cross_entropy(
-                logits.float().reshape(-1, self.config.num_labels),
-                labels.reshape(-1),
-                ignore_index=IGNORE_INDEX,
-            )
+        loss = token_classification_loss(logits, labels) if labels is not None else None
         return self._output(TokenClassifierOutput, out, loss=loss, logits=logits)
 
 
@@ -740,6 +724,19 @@ def next_token_loss(logits: Tensor, labels: Tensor) -> Tensor:
         reduction="sum",
     )
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def token_classification_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """A tagger's loss: mean cross-entropy of ``logits`` ``[batch, seq_len, num_labels]``
+    against ``labels`` ``[batch, seq_len]`` over the positions whose label is not ``-100``
+    (Hugging Face's ``*ForTokenClassification``; BERT's and XLNet's taggers)."""
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"labels must be [batch, seq_len] = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}"
+        )
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE_INDEX
+    )
 
 
 def _classification_loss(logits: Tensor, labels: Tensor, num_labels: int) -> Tensor:

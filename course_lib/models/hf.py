@@ -63,6 +63,7 @@ __all__ = [
     "HEADS_ALBERT_PRETRAINING",
     "XLNetModelOutput",
     "XLNetLMHeadModelOutput",
+    "XLNetForTokenClassificationOutput",
     "xlnet_config_from_hf",
     "xlnet_config_to_hf",
     "xlnet_hf_names",
@@ -522,6 +523,15 @@ class XLNetLMHeadModelOutput(ModelOutput):
     attentions: tuple[Any, ...] | None = None
 
 
+@dataclass
+class XLNetForTokenClassificationOutput(ModelOutput):
+    loss: Tensor | None = None
+    logits: Tensor | None = None  # [batch, seq_len, num_labels]
+    mems: tuple[Tensor, ...] | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Any, ...] | None = None
+
+
 def xlnet_config_from_hf(hf_config: Any, names: set[str]) -> dict[str, Any]:
     """The keyword arguments of the course's ``XLNetConfig`` (fields ``names``) for a
     ``transformers.XLNetConfig`` (object or ``config.json`` dict).
@@ -542,6 +552,8 @@ def xlnet_config_from_hf(hf_config: Any, names: set[str]) -> dict[str, Any]:
     kwargs = {k: d[k] for k in names if k in d and (d[k] is not None or k in nullable)}
     if "mem_len" in kwargs and not kwargs["mem_len"]:
         kwargs["mem_len"] = None  # 0 keeps everything in Hugging Face's XLNet
+    if "num_labels" in names and d.get("id2label"):  # a task model's config (Hugging Face: a property)
+        kwargs["num_labels"] = len(d["id2label"])
     return kwargs
 
 

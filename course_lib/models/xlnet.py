@@ -146,8 +146,10 @@ Paper / Hugging Face vs ours:
 * In training mode the dropout on the relative encodings is drawn once per batch here (once
   per direction with ``bi_data``: the encodings are shared by the batch); Hugging Face draws
   it per sequence. Eval mode is identical.
-* Not implemented: ``inputs_embeds``, ``logits_to_keep``, and the task heads (sequence
-  summary, classification, question answering). Sampling orders and targets (the pretraining
+* Of the task heads only :class:`XLNetForTokenClassification` (a linear layer on every
+  position of the content stream) is implemented; not implemented: ``inputs_embeds``,
+  ``logits_to_keep``, and the other task heads (sequence summary, sequence classification,
+  multiple choice, question answering). Sampling orders and targets (the pretraining
   data pipeline) is not part of the model: it receives ``perm_mask`` and ``target_mapping``.
 * Hugging Face's ``XLNetConfig()`` defaults to XLNet-large; this config's defaults are
   XLNet-base's sizes (``d_model=768``, 12 layers, 12 heads, ``d_inner=3072``) with Hugging
@@ -176,9 +178,10 @@ from ..nn.relative import (
     relative_sinusoids,
     update_memory,
 )
-from .base import CountsParameters, TiedLMHeadModel
-from .bert import masked_lm_loss
+from .base import CountsParameters, TiedLMHeadModel, WithBody
+from .bert import masked_lm_loss, token_classification_loss
 from .hf import (
+    XLNetForTokenClassificationOutput,
     XLNetLMHeadModelOutput,
     XLNetModelOutput,
     linear_names,
@@ -196,6 +199,9 @@ __all__ = [
     "XLNetLayer",
     "XLNetModel",
     "XLNetLMHeadModel",
+    "XLNetTaskConfig",
+    "XLNetForTokenClassification",
+    "XLNetForTokenClassificationOutput",
     "relative_distances",
     "relative_sinusoids",
     "rel_shift",
@@ -271,6 +277,25 @@ class XLNetConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class XLNetTaskConfig(XLNetConfig):
+    """:class:`XLNetConfig` and what a task model adds (Hugging Face keeps these in every
+    config; here they stay out of the pretraining models' configurations, whose ``to_dict``
+    keys their cached runs): the number of labels and an optional dropout before the
+    classifier."""
+
+    num_labels: int = 2  # outputs of the classifier
+    # dropout before the classifier, after the body's own output dropout (``dropout``); None:
+    # none (Hugging Face's XLNetForTokenClassification). The feature-based recipe, whose frozen
+    # body runs without dropout, puts the body's rate here.
+    classifier_dropout: float | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_labels < 1:
+            raise ValueError(f"num_labels must be positive, got {self.num_labels}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -682,6 +707,91 @@ class XLNetLMHeadModel(TiedLMHeadModel):
     @classmethod
     def from_hf(cls, hf_model: nn.Module) -> XLNetLMHeadModel:
         """Copy a ``transformers.XLNetLMHeadModel`` (configuration and weights); eval mode."""
-        model = cls(XLNetConfig.from_hf(hf_model.config))
-        load_hf_state_dict(model, xlnet_state_dict_to_ours(hf_model.state_dict()), model.hf_names())
-        return model.eval()
+        return _copy_hf(cls, hf_model)
+
+
+class XLNetForTokenClassification(WithBody, nn.Module):
+    """XLNet with a tagging head: a ``Linear(d_model, num_labels)`` (``classifier``) on every
+    position of the content stream, as ``transformers.XLNetForTokenClassification``. The dropout
+    before it is the body's own output dropout (``config.dropout``), plus
+    ``config.classifier_dropout`` when set.
+
+    ``forward`` takes :class:`XLNetModel`'s arguments (keywords are safest: the third positional
+    argument is ``mems``, not BERT's ``token_type_ids``) and ``labels`` ``[batch, seq_len]``
+    (``-100``: no loss), and returns an :class:`XLNetForTokenClassificationOutput`; the loss is the
+    mean cross-entropy over the labelled positions
+    (:func:`~course_lib.models.bert.token_classification_loss`). Fine-tuning starts from a
+    pretrained :class:`XLNetModel` (:meth:`load_body`), e.g. the body of an
+    :class:`XLNetLMHeadModel`.
+    """
+
+    config_class = XLNetTaskConfig
+    model_class = XLNetModel  # the body (fine-tuning recipes check a start against it)
+    base_attr = "transformer"
+
+    def __init__(self, config: XLNetConfig):
+        super().__init__()
+        if not isinstance(config, XLNetConfig):
+            raise TypeError(f"expected an XLNetConfig, got {type(config).__name__}")
+        if not isinstance(config, XLNetTaskConfig):  # a pretraining config: the task fields' defaults
+            config = XLNetTaskConfig(**config.to_dict())
+        self.config = config
+        self.transformer = XLNetModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout or 0.0)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        init_weights(self.classifier, config.initializer_range)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        mems: Sequence[Tensor] | None = None,
+        perm_mask: Tensor | None = None,
+        target_mapping: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        input_mask: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        use_mems: bool | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> XLNetForTokenClassificationOutput:
+        out = self.transformer(
+            input_ids,
+            attention_mask,
+            mems,
+            perm_mask,
+            target_mapping,
+            token_type_ids,
+            input_mask,
+            use_mems=use_mems,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        return XLNetForTokenClassificationOutput(
+            loss=token_classification_loss(logits, labels) if labels is not None else None,
+            logits=logits,
+            mems=out.mems,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+
+    def hf_names(self) -> dict[str, str]:
+        """Our parameter names -> ``transformers.XLNetForTokenClassification``'s."""
+        names = xlnet_hf_names(self.config, self.base_attr, self.base_attr)
+        return {**names, **linear_names("classifier", "classifier")}
+
+    @classmethod
+    def from_hf(cls, hf_model: nn.Module) -> XLNetForTokenClassification:
+        """Copy a ``transformers.XLNetForTokenClassification`` (configuration, ``num_labels``
+        from its ``id2label``, and weights); eval mode."""
+        return _copy_hf(cls, hf_model)
+
+
+def _copy_hf(cls: type, hf_model: nn.Module) -> nn.Module:
+    """``cls`` (an XLNet model with a body at ``transformer``) with the configuration and weights
+    of the ``transformers`` model of the same name; eval mode."""
+    model = cls(cls.config_class.from_hf(hf_model.config))
+    load_hf_state_dict(model, xlnet_state_dict_to_ours(hf_model.state_dict()), model.hf_names())
+    return model.eval()

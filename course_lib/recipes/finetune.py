@@ -8,6 +8,11 @@ ones is the whole point of pretraining; :func:`finetune_classifier` does both, w
 seed, data and steps, so the difference is the pretraining alone. :func:`finetune_tagger` does
 the same for one label per word. The helpers (:func:`start_model`, :func:`shuffled_batches`,
 :func:`split_tagged`, :func:`check_labels`) serve the distillation recipes too.
+
+The start's family chooses the task model (:data:`FAMILIES`): the BERT family's classifiers and
+tagger, or XLNet's tagger (:class:`~course_lib.models.xlnet.XLNetForTokenClassification`) on
+the same inputs (``[CLS] ... [SEP]``, one segment; XLNet's relative segment term then adds the
+same score to every key and changes nothing).
 """
 
 from __future__ import annotations
@@ -23,18 +28,18 @@ from torch import Tensor, nn
 from ..data import encode_texts
 from ..device import get_device, seed_everything
 from ..models.albert import AlbertConfig, AlbertForSequenceClassification
-from ..models.bert import (
-    BertConfig,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    body_of,
-)
+from ..models.base import WithBody
+from ..models.bert import BertConfig, BertForSequenceClassification, BertForTokenClassification
+from ..models.xlnet import XLNetConfig, XLNetForTokenClassification
 from ..objectives import IGNORE_INDEX, tagging_inputs, trim_padding
 from ..train import History, fit, model_device
 from .common import fingerprint, require_positive, tokenizer_fingerprint, train_cached, weights_fingerprint
 
 __all__ = [
+    "Family",
+    "FAMILIES",
+    "family_of",
+    "input_length",
     "classification_inputs",
     "split_labelled",
     "classification_accuracy",
@@ -46,6 +51,88 @@ __all__ = [
     "tagging_accuracy",
     "finetune_tagger",
 ]
+
+
+class Family(NamedTuple):
+    """What the fine-tuning recipes need to know of a model family."""
+
+    name: str
+    config_class: type  # a start given as this config (or a subclass) is a random start of the family
+    classifier: type | None  # finetune_classifier's model (None: not implemented for the family)
+    tagger: type | None  # finetune_tagger's model
+    body_dropout: tuple[str, ...]  # the config's dropouts inside the body, the first the rate on its states
+
+
+# most specific first (ALBERT's and RoBERTa's configs are BertConfigs)
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "ALBERT",
+        AlbertConfig,
+        AlbertForSequenceClassification,
+        None,
+        ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    ),
+    Family(
+        "BERT",
+        BertConfig,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+        ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    ),
+    Family("XLNet", XLNetConfig, None, XLNetForTokenClassification, ("dropout",)),
+)
+
+# the longest input of a model without a position table (XLNet's relative positions): XLNet's
+# pretraining length (Yang et al. 2019, §3.1)
+RELATIVE_MAX_LEN = 512
+
+
+def _start_body(start: nn.Module) -> nn.Module:
+    """The pretrained body of ``start``: ``start`` itself when it is a body (the ``model_class``
+    of a task model in :data:`FAMILIES`), else its ``base``."""
+    bodies = tuple({m.model_class for f in FAMILIES for m in (f.classifier, f.tagger) if m is not None})
+    if isinstance(start, bodies):
+        return start
+    if isinstance(start, WithBody) and isinstance(start.base, bodies):
+        return start.base
+    configs = ", ".join(f.config_class.__name__ for f in FAMILIES)
+    raise TypeError(
+        f"fine-tuning starts from a pretrained BERT-family or XLNet model (a body, or a model with one) "
+        f"or from a config ({configs}), got {type(start).__name__}"
+    )
+
+
+def _start_config(start: nn.Module | BertConfig | XLNetConfig):
+    return _start_body(start).config if isinstance(start, nn.Module) else start
+
+
+def family_of(start: nn.Module | BertConfig | XLNetConfig) -> Family:
+    """The :data:`FAMILIES` entry of a fine-tuning start (a pretrained model or a config);
+    ``TypeError`` for anything else."""
+    config = _start_config(start)
+    family = next((f for f in FAMILIES if isinstance(config, f.config_class)), None)
+    if family is None:
+        raise TypeError(
+            f"fine-tuning starts from a pretrained model or a config of "
+            f"{', '.join(f.config_class.__name__ for f in FAMILIES)}, got {type(start).__name__}"
+        )
+    return family
+
+
+def _task_model(start: nn.Module | BertConfig | XLNetConfig, task: str) -> type:
+    """The family's model for ``task`` (``"tagger"`` or ``"classifier"``); ``TypeError`` if none."""
+    family = family_of(start)
+    model_cls = getattr(family, task)
+    if model_cls is None:
+        have = [f.name for f in FAMILIES if getattr(f, task) is not None]
+        raise TypeError(f"the course has no {family.name} {task}; fine-tuning a {task} starts from {have}")
+    return model_cls
+
+
+def input_length(config) -> int:
+    """The longest input of a model: its position table's (the BERT family's ``max_len``), or
+    :data:`RELATIVE_MAX_LEN` for a model with relative positions only (XLNet)."""
+    return getattr(config, "max_len", RELATIVE_MAX_LEN)
 
 
 def classification_inputs(
@@ -92,7 +179,7 @@ def classification_accuracy(
     """Share of ``(text, label)`` (or ``((a, b), label)``) items the classifier gets right."""
     texts, labels, seconds = split_labelled(items, "items")
     device = model_device(model)
-    max_len = max_len or model.config.max_len
+    max_len = max_len or input_length(model.config)
     was_training = model.training
     model.eval()
     correct = 0
@@ -106,25 +193,31 @@ def classification_accuracy(
 
 
 def start_model(
-    start: nn.Module | BertConfig, model_cls: type, seed: int, device, **config_changes: Any
-) -> tuple[nn.Module, BertModel | None]:
+    start: nn.Module | BertConfig | XLNetConfig, model_cls: type, seed: int, device, **config_changes: Any
+) -> tuple[nn.Module, nn.Module | None]:
     """A fine-tuning model of ``model_cls``: its new layers from ``seed``, its encoder copied
-    from ``start`` (the pooler too when both have one) or random when ``start`` is a config."""
-    if isinstance(start, BertConfig):
-        config, body = start, None
-    else:
-        body = body_of(start)
+    from ``start`` (the pooler too when both have one) or random when ``start`` is a config.
+    The configuration is the start's with ``config_changes``, in ``model_cls.config_class``
+    when the start's lacks the task's fields (XLNet's pretraining config)."""
+    if isinstance(start, nn.Module):
+        body = _start_body(start)
         if type(body) is not model_cls.model_class:
             raise TypeError(
                 f"{model_cls.__name__} starts from a {model_cls.model_class.__name__} body, got "
                 f"{type(start).__name__}"
             )
         config = body.config
+    else:
+        config, body = start, None
+    if isinstance(config, model_cls.config_class):
+        config = replace(config, **config_changes)
+    else:  # e.g. XLNetConfig -> XLNetTaskConfig
+        config = model_cls.config_class(**{**config.to_dict(), **config_changes})
     device = (
         (model_device(body) if body is not None else get_device()) if device is None else torch.device(device)
     )
     seed_everything(seed)
-    model = model_cls(replace(config, **config_changes))  # new layers (and a scratch body) from the seed
+    model = model_cls(config)  # new layers (and a scratch body) from the seed
     if body is not None:
         model.load_body(body)
     return model.to(device), body
@@ -155,7 +248,7 @@ def shuffled_batches(
 class _Task(NamedTuple):
     """What a fine-tuning recipe brings to the run both share (:func:`_finetune`)."""
 
-    model_class: type  # the task model: BertForSequenceClassification, BertForTokenClassification
+    model_class: type  # the task model: BertForSequenceClassification, XLNetForTokenClassification, ...
     inputs: Callable[[int], dict[str, Tensor]]  # max_len -> the training rows, labels included
     loss_fn: Callable[[nn.Module, Mapping[str, Tensor]], tuple[Tensor, dict[str, float]]]
     eval_fn: Callable[[nn.Module], dict[str, float]] | None
@@ -180,7 +273,7 @@ _FINETUNE_OPTIONS = (
 
 def _finetune(
     task: _Task,
-    start: nn.Module | BertConfig,
+    start: nn.Module | BertConfig | XLNetConfig,
     tokenizer,
     *,
     num_labels: int,
@@ -201,20 +294,21 @@ def _finetune(
     with :func:`~course_lib.train.fit`; cached under ``cache_name``. Returns ``(model, history)``.
 
     ``freeze_body``: the *feature-based* approach (ELMo's): the encoder's weights stay as
-    they are (no gradient, no dropout inside it) and only the new layer on top is trained."""
+    they are (no gradient, no dropout inside it: the family's ``body_dropout`` set to 0) and
+    only the new layer on top is trained, with the body's dropout rate (or ``dropout``) before
+    it."""
     require_positive(steps=steps, batch_size=batch_size)
     changes: dict[str, Any] = dict(num_labels=num_labels, classifier_dropout=dropout)
     if freeze_body:
-        base = start if isinstance(start, BertConfig) else body_of(start).config
+        inside = family_of(start).body_dropout
+        rate = getattr(_start_config(start), inside[0])
         changes.update(
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            classifier_dropout=base.hidden_dropout_prob if dropout is None else dropout,
+            {name: 0.0 for name in inside}, classifier_dropout=rate if dropout is None else dropout
         )
     model, body = start_model(start, task.model_class, seed, device, **changes)
     if freeze_body:
         model.base.requires_grad_(False)
-    batch_at = shuffled_batches(task.inputs(model.config.max_len), batch_size, seed)
+    batch_at = shuffled_batches(task.inputs(input_length(model.config)), batch_size, seed)
 
     def train(m: nn.Module) -> History:
         return fit(
@@ -256,7 +350,7 @@ def _digest(obj: Any) -> str:
 
 
 def finetune_classifier(
-    start: nn.Module | BertConfig,
+    start: nn.Module | BertConfig | XLNetConfig,
     tokenizer,
     train_items: Sequence[tuple[str, int]],
     *,
@@ -272,17 +366,19 @@ def finetune_classifier(
     cache_name: str | None = None,
     progress: bool | None = None,
     freeze_body: bool = False,
-) -> tuple[BertForSequenceClassification, History]:
+) -> tuple[nn.Module, History]:
     """Fine-tune a sentence classifier on ``(text, label)`` items; returns ``(classifier, history)``.
 
     ``start`` is a pretrained model (``BertModel`` or any model with a ``.bert`` body: its
     encoder weights are copied, the pooler too when it has one) or a :class:`BertConfig`
-    (random weights: training from scratch). Either way the classifier layer is initialised
-    from ``seed`` and the batches come in the same order, so two calls that differ only in
-    ``start`` isolate the effect of pretraining. ``history.evals["accuracy"]`` is the
-    accuracy on ``eval_items``. An item's text may be a pair ``(a, b)``: the input is then
-    ``[CLS] a [SEP] b [SEP]`` with segment ids 0/1. ``freeze_body``: train only the
-    classifier on the frozen encoder (feature-based), see :func:`_finetune`.
+    (random weights: training from scratch); an ALBERT start gets ALBERT's classifier, an
+    XLNet start is refused (the course has no XLNet sentence classifier). Either way the
+    classifier layer is initialised from ``seed`` and the batches come in the same order, so
+    two calls that differ only in ``start`` isolate the effect of pretraining.
+    ``history.evals["accuracy"]`` is the accuracy on ``eval_items``. An item's text may be a
+    pair ``(a, b)``: the input is then ``[CLS] a [SEP] b [SEP]`` with segment ids 0/1.
+    ``freeze_body``: train only the classifier on the frozen encoder (feature-based), see
+    :func:`_finetune`.
     """
     texts, labels, seconds = split_labelled(train_items, "train_items")
     check_labels(int(labels.min()), int(labels.max()), num_labels, "labels")
@@ -303,13 +399,7 @@ def finetune_classifier(
         train=_digest([texts, labels.tolist()] + ([seconds] if seconds is not None else [])),
         eval=_digest([[list(t) if isinstance(t, (tuple, list)) else t, y] for t, y in eval_items or []]),
     )
-    start_config = start if isinstance(start, BertConfig) else body_of(start).config
-    classifier = (
-        AlbertForSequenceClassification
-        if isinstance(start_config, AlbertConfig)
-        else BertForSequenceClassification
-    )
-    task = _Task(classifier, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    task = _Task(_task_model(start, "classifier"), inputs, loss_fn, eval_fn if eval_items else None, spec)
     options = locals()
     return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})
 
@@ -350,11 +440,10 @@ def tagging_accuracy(
     right, total, right_new, total_new = 0, 0, 0, 0
     for i in range(0, len(words), batch_size):
         enc = tagging_inputs(
-            tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=model.config.max_len
+            tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=input_length(model.config)
         )
-        logits = model(
-            enc["input_ids"].to(device), enc["attention_mask"].to(device), enc["token_type_ids"].to(device)
-        ).logits
+        inputs = {k: enc[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        logits = model(**inputs).logits  # by keyword: XLNet's third positional argument is mems
         labelled = enc["labels"] != IGNORE_INDEX
         hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
         right += int(hit.sum())
@@ -376,7 +465,7 @@ def tagging_accuracy(
 
 
 def finetune_tagger(
-    start: nn.Module | BertConfig,
+    start: nn.Module | BertConfig | XLNetConfig,
     tokenizer,
     train_items: Sequence[tuple[Sequence[str], Sequence[int]]],
     *,
@@ -392,15 +481,21 @@ def finetune_tagger(
     cache_name: str | None = None,
     progress: bool | None = None,
     freeze_body: bool = False,
-) -> tuple[BertForTokenClassification, History]:
-    """Fine-tune a tagger (:class:`~course_lib.models.bert.BertForTokenClassification`) on
-    ``(words, tag ids)`` sentences; returns ``(tagger, history)``.
+) -> tuple[nn.Module, History]:
+    """Fine-tune a tagger on ``(words, tag ids)`` sentences; returns ``(tagger, history)``.
 
     ``start`` as in :func:`finetune_classifier`: a pretrained model (its encoder is copied)
-    or a :class:`BertConfig` (random weights), with the same new layer and batch order for
-    a given ``seed``. ``history.evals`` holds ``accuracy`` and ``unseen_accuracy`` on
-    ``eval_items`` (unseen: words that never occur in ``train_items``). ``freeze_body``:
-    train only the tagging layer on the frozen encoder (feature-based, ELMo's way).
+    or a config (random weights), with the same new layer and batch order for a given
+    ``seed``. The start's family chooses the tagger: BERT's
+    (:class:`~course_lib.models.bert.BertForTokenClassification`) for a ``BertModel`` (or a
+    model with one, or a :class:`BertConfig`), XLNet's
+    (:class:`~course_lib.models.xlnet.XLNetForTokenClassification`) for an ``XLNetModel`` (an
+    ``XLNetLMHeadModel``, or an :class:`XLNetConfig`); XLNet reads the same inputs, cut at
+    :data:`RELATIVE_MAX_LEN` pieces, and ``dropout`` adds a dropout before its classifier (its
+    body's own output dropout stays). ``history.evals`` holds ``accuracy`` and
+    ``unseen_accuracy`` on ``eval_items`` (unseen: words that never occur in ``train_items``).
+    ``freeze_body``: train only the tagging layer on the frozen encoder (feature-based, ELMo's
+    way).
     """
     words, tags = split_tagged(train_items, "train_items")
     flat = [t for ts in tags for t in ts]
@@ -413,7 +508,12 @@ def finetune_tagger(
         return enc
 
     def loss_fn(m: nn.Module, batch: Mapping[str, Tensor]):
-        out = m(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], labels=batch["labels"])
+        out = m(  # by keyword: XLNet's third positional argument is mems
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch["token_type_ids"],
+            labels=batch["labels"],
+        )
         labelled = batch["labels"] != IGNORE_INDEX
         acc = ((out.logits.argmax(-1) == batch["labels"]) & labelled).sum() / labelled.sum().clamp(min=1)
         return out.loss, {"train_accuracy": acc.item()}
@@ -427,6 +527,6 @@ def finetune_tagger(
         train=_digest([words, tags]),
         eval=_digest([list(map(list, it)) for it in eval_items or []]),
     )
-    task = _Task(BertForTokenClassification, inputs, loss_fn, eval_fn if eval_items else None, spec)
+    task = _Task(_task_model(start, "tagger"), inputs, loss_fn, eval_fn if eval_items else None, spec)
     options = locals()
     return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})

@@ -34,7 +34,14 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["read_classification_file", "read_tagging_file", "finetune_folder", "load_finetuned", "register"]
+__all__ = [
+    "read_classification_file",
+    "read_tagging_file",
+    "finetune_folder",
+    "load_finetuned",
+    "register_task_models",
+    "register",
+]
 
 TASKS = ("classify", "tag")
 
@@ -167,9 +174,7 @@ def finetune_folder(
     ``FileNotFoundError`` with one line for what it cannot do."""
     from ..device import get_device
     from ..files import atomic_write_text
-    from ..models.albert import AlbertForSequenceClassification
-    from ..models.bert import BertForSequenceClassification, BertForTokenClassification
-    from .common import register_model, save_pretrained
+    from .common import save_pretrained
     from .finetune import (
         classification_accuracy,
         finetune_classifier,
@@ -200,8 +205,7 @@ def finetune_folder(
         raise ValueError(f"{train}: no examples left to train on")
     dev = get_device(device)
     start, tokenizer = _load_start(model_dir, dev)
-    for cls in (BertForSequenceClassification, AlbertForSequenceClassification, BertForTokenClassification):
-        register_model(cls)  # so that the library loads the fine-tuned folder by its architecture
+    register_task_models()  # so that the library loads the fine-tuned folder by its architecture
     options = dict(
         steps=steps,
         batch_size=batch_size,
@@ -255,6 +259,18 @@ def finetune_folder(
     return metrics
 
 
+def register_task_models() -> None:
+    """Make the fine-tuning recipes' task models (every family's classifier and tagger,
+    :data:`~course_lib.recipes.finetune.FAMILIES`) known to the recipes' save and load."""
+    from .common import register_model
+    from .finetune import FAMILIES
+
+    for family in FAMILIES:
+        for cls in (family.classifier, family.tagger):
+            if cls is not None:
+                register_model(cls)
+
+
 def _heldout_from(eval_file: str | Path | None, heldout: float, any_held: bool) -> str | None:
     if eval_file is not None:
         return str(eval_file)
@@ -275,12 +291,9 @@ def load_finetuned(
     """``(model in eval mode, tokenizer, label names)`` of a folder written by ``course finetune``."""
     from tokenizers import Tokenizer
 
-    from ..models.albert import AlbertForSequenceClassification
-    from ..models.bert import BertForSequenceClassification, BertForTokenClassification
-    from .common import load_model, register_model
+    from .common import load_model
 
-    for cls in (BertForSequenceClassification, AlbertForSequenceClassification, BertForTokenClassification):
-        register_model(cls)
+    register_task_models()
     folder = Path(folder)
     if not (folder / "labels.json").is_file():
         raise FileNotFoundError(

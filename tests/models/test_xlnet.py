@@ -1,6 +1,6 @@
 """XLNet: parity with Hugging Face on shared random weights (plain input, padding, segments,
-perm_mask with target_mapping, memory across segments), what each stream may see, the
-relative shift, configuration and the interop contract."""
+perm_mask with target_mapping, memory across segments, the token classifier), what each
+stream may see, the relative shift, configuration and the interop contract."""
 
 import os
 
@@ -13,8 +13,10 @@ import torch.nn.functional as F
 import course_lib
 from course_lib.models.xlnet import (
     XLNetConfig,
+    XLNetForTokenClassification,
     XLNetLMHeadModel,
     XLNetModel,
+    XLNetTaskConfig,
     rel_shift,
 )
 
@@ -413,3 +415,108 @@ def test_interop_contract_exports_parameters_mems_modes_and_input_checks():
         ours(input_ids=x + V)
     with pytest.raises(ValueError, match="one tensor per layer"):
         ours(input_ids=x, mems=out.mems[:1])
+
+
+# ---------------------------------------------------------------------------------------
+# The token classifier (fine-tuning)
+# ---------------------------------------------------------------------------------------
+
+
+def tagger_pair(seed: int, num_labels: int = 5):
+    """A random-weight ``transformers.XLNetForTokenClassification`` and ours copied from it (eval)."""
+    hf = transformers.XLNetForTokenClassification(transformers.XLNetConfig(**TINY, num_labels=num_labels))
+    randomize_(hf.eval(), seed)
+    return hf, XLNetForTokenClassification.from_hf(hf)
+
+
+def tagging_batch(seed: int, num_labels: int = 5):
+    """Padded inputs (left and right), two segments and labels with -100 (padding, first and
+    some inner positions)."""
+    x = ids(3, 10, seed=seed)
+    mask = torch.ones(3, 10, dtype=torch.long)
+    mask[0, :3] = 0  # left padding
+    mask[1, 7:] = 0  # right padding
+    types = torch.zeros(3, 10, dtype=torch.long)
+    types[:, 6:] = 1  # sentence B
+    labels = torch.randint(0, num_labels, (3, 10), generator=torch.Generator().manual_seed(seed))
+    labels[mask == 0] = -100
+    labels[:, 0] = -100
+    labels[2, 4:6] = -100
+    return dict(input_ids=x, attention_mask=mask, token_type_ids=types), labels
+
+
+@torch.no_grad()
+def test_token_classifier_parity_with_padding_segments_and_ignored_labels():
+    hf, ours = tagger_pair(seed=20)
+    assert isinstance(ours.config, XLNetTaskConfig) and ours.config.num_labels == 5
+    assert ours.num_parameters() == hf.num_parameters()
+    inputs, labels = tagging_batch(seed=20)
+    kw = dict(output_hidden_states=True, output_attentions=True)
+    theirs, mine = hf(**inputs, labels=labels, **kw), ours(**inputs, labels=labels, **kw)
+    assert_close(mine.logits, theirs.logits, "tagger logits")
+    assert_close(mine.loss, theirs.loss, "tagger loss")
+    assert_all_close(mine.mems, theirs.mems, "tagger mems")
+    assert_all_close(mine.hidden_states, theirs.hidden_states, "tagger hidden_states")
+    assert_all_close(mine.attentions, theirs.attentions, "tagger attentions")
+    # the loss is the mean over the labelled positions only
+    kept = labels != -100
+    assert torch.allclose(mine.loss, F.cross_entropy(mine.logits[kept], labels[kept]), atol=1e-6)
+    assert ours(**inputs).loss is None
+    with pytest.raises(ValueError, match="labels must be"):
+        ours(**inputs, labels=labels[:, :4])
+
+
+@torch.no_grad()
+def test_token_classifier_exports_to_hugging_face_names():
+    """Ours -> Hugging Face: the exported state dict loads into a fresh transformers tagger
+    (strict) and gives the same logits."""
+    from course_lib.export import hf_state_dict
+
+    _, ours = tagger_pair(seed=21, num_labels=3)
+    ours.classifier.bias.normal_()  # not zero: a lost bias would show
+    fresh = transformers.XLNetForTokenClassification(transformers.XLNetConfig(**TINY, num_labels=3)).eval()
+    fresh.load_state_dict(hf_state_dict(ours), strict=True)
+    inputs, _ = tagging_batch(seed=21, num_labels=3)
+    assert_close(ours(**inputs).logits, fresh(**inputs).logits, "exported tagger logits")
+
+
+@torch.no_grad()
+def test_load_body_copies_a_pretrained_xlnet_exactly(tmp_path):
+    """Fine-tuning's start: our tagger on a pretrained XLNetLMHeadModel's body equals Hugging
+    Face's XLNetForTokenClassification.from_pretrained of that LM (same new classifier)."""
+    hf_lm, lm = pair(head=True, seed=22)
+    tagger = XLNetForTokenClassification(XLNetTaskConfig(**lm.config.to_dict(), num_labels=4)).eval()
+    tagger.load_body(lm.transformer)
+    body, start = tagger.transformer.state_dict(), lm.transformer.state_dict()
+    assert body.keys() == start.keys() and all(torch.equal(body[k], start[k]) for k in body)
+    hf_lm.save_pretrained(tmp_path)
+    hf_tagger = transformers.XLNetForTokenClassification.from_pretrained(tmp_path, num_labels=4).eval()
+    tagger.classifier.load_state_dict(hf_tagger.classifier.state_dict())
+    inputs, _ = tagging_batch(seed=22, num_labels=4)
+    assert_close(tagger(**inputs).logits, hf_tagger(**inputs).logits, "tagger on the pretrained body")
+    other = XLNetModel(XLNetConfig(**{**TINY, "n_layer": 1}))
+    with pytest.raises(ValueError, match="does not fit"):
+        tagger.load_body(other)
+
+
+def test_token_classifier_config_and_interop_contract():
+    assert course_lib.XLNetForTokenClassification is XLNetForTokenClassification
+    assert course_lib.XLNetTaskConfig is XLNetTaskConfig
+    plain = XLNetConfig(**TINY)
+    tagger = XLNetForTokenClassification(plain)  # a pretraining config: the task fields' defaults
+    assert isinstance(tagger.config, XLNetTaskConfig) and tagger.config.num_labels == 2
+    assert tagger.config.classifier_dropout is None and tagger.dropout.p == 0.0
+    c = XLNetTaskConfig(**TINY, num_labels=7, classifier_dropout=0.2)
+    assert XLNetTaskConfig(**c.to_dict()) == c
+    assert XLNetForTokenClassification(c).dropout.p == 0.2
+    hf_config = transformers.XLNetConfig(**TINY, num_labels=7)
+    assert XLNetTaskConfig.from_hf(hf_config).num_labels == 7
+    # the pretraining config (its to_dict keys cached runs) has no task fields
+    assert "num_labels" not in XLNetConfig(**TINY).to_dict()
+    with pytest.raises(ValueError, match="num_labels"):
+        XLNetTaskConfig(**TINY, num_labels=0)
+    with pytest.raises(TypeError, match="XLNetConfig"):
+        XLNetForTokenClassification(course_lib.BertConfig())
+    x = ids(2, 5, seed=23)
+    tagger.train()
+    assert tagger(x).mems is None and tagger.eval()(x).mems is not None  # XLNet's use_mems_* defaults
