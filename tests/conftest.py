@@ -33,6 +33,7 @@ SLOW_MODULES = {
     "test_studies_probing.py",
     "test_studies_transfo_xl.py",
     "test_studies_xlnet.py",
+    "test_studies_xlnet_tagging.py",
     "test_export.py",  # transformers' pipelines on exported models
     "test_gpu_check.py",
 }
