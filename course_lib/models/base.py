@@ -1,8 +1,8 @@
 """What the model families share: parameter counting, a body with heads, a tied LM head.
 
 :class:`CountsParameters` gives every model ``num_parameters``; :class:`WithBody` is the
-shape of every model that wraps a body (BERT's task models, XLNet's and Transformer-XL's LM
-heads); :class:`TiedLMHeadModel` is a body with a language-model head whose matrix is the
+shape of every model that wraps a body (BERT's task models, XLNet's tagger, XLNet's and
+Transformer-XL's LM heads); :class:`TiedLMHeadModel` is a body with a language-model head whose matrix is the
 word embedding table (XLNet, Transformer-XL).
 """
 
@@ -30,8 +30,9 @@ class CountsParameters:
 
 
 class WithBody(CountsParameters):
-    """What every model with a body at ``base_attr`` shares (BERT's task models, XLNet's and
-    Transformer-XL's LM heads): ``base`` (the body), ``device`` and ``num_parameters``."""
+    """What every model with a body at ``base_attr`` shares (BERT's task models, XLNet's
+    tagger, XLNet's and Transformer-XL's LM heads): ``base`` (the body), ``device``,
+    ``num_parameters`` and :meth:`load_body` (a fine-tuning model's start)."""
 
     base_attr: str
     optional_body_keys: tuple[str, ...] = ()  # prefixes of body weights a start may lack (BERT: "pooler.")
