@@ -8,8 +8,9 @@ ones is the whole point of pretraining; :func:`finetune_classifier` does both, w
 seed, data and steps, so the difference is the pretraining alone. :func:`finetune_tagger` does
 the same for one label per word; with ``freeze_body=True`` (the feature-based approach) its
 linear layer reads the frozen encoder's last layer, ELMo's scalar mix of every layer, or a
-BiLSTM over the top layers (``features``, :data:`FEATURES`). The helpers (:func:`start_model`, :func:`shuffled_batches`,
-:func:`split_tagged`, :func:`check_labels`) serve the distillation recipes too.
+BiLSTM over the top layers (``features``, :data:`FEATURES`). The helpers
+(:func:`start_model`, :func:`shuffled_batches`, :func:`split_tagged`, :func:`check_labels`)
+serve the distillation recipes too.
 """
 
 from __future__ import annotations
