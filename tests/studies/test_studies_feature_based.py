@@ -2,8 +2,8 @@
 metric, reproduces the golden run, and its fine-tuned and frozen-last-layer arms repeat study
 03_bert's tagging arms (the same pretraining, data and seed: 03_bert's golden numbers); the
 committed results hold three seeds. (The full runs do not repeat 03_bert's stored numbers
-exactly: those were made on 2026-11-30 by an older library, whose 800 pretraining steps
-round differently; see the study's docstring.)"""
+exactly: those were made on 2026-11-30 by an older library, whose 800 pretraining steps end
+at a slightly different model; see the study's docstring.)"""
 
 import json
 import math
