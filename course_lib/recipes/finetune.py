@@ -6,8 +6,11 @@ A classifier reads the pooled ``[CLS]`` vector,
 trained on the labelled task. Starting the encoder from pretrained weights instead of random
 ones is the whole point of pretraining; :func:`finetune_classifier` does both, with the same
 seed, data and steps, so the difference is the pretraining alone. :func:`finetune_tagger` does
-the same for one label per word. The helpers (:func:`start_model`, :func:`shuffled_batches`,
-:func:`split_tagged`, :func:`check_labels`) serve the distillation recipes too.
+the same for one label per word; with ``freeze_body=True`` (the feature-based approach) its
+linear layer reads the frozen encoder's last layer, ELMo's scalar mix of every layer, or a
+BiLSTM over the top layers (``features``, :data:`FEATURES`). The helpers
+(:func:`start_model`, :func:`shuffled_batches`, :func:`split_tagged`, :func:`check_labels`)
+serve the distillation recipes too.
 
 The start's family chooses the task model (:data:`FAMILIES`): the BERT family's classifiers and
 tagger, or XLNet's tagger (:class:`~course_lib.models.xlnet.XLNetForTokenClassification`) on
@@ -30,6 +33,8 @@ from ..device import get_device, seed_everything
 from ..models.albert import AlbertConfig, AlbertForSequenceClassification
 from ..models.base import WithBody
 from ..models.bert import BertConfig, BertForSequenceClassification, BertForTokenClassification
+from ..models.elmo import ScalarMix
+from ..models.hf import BertModelOutput
 from ..models.xlnet import XLNetConfig, XLNetForTokenClassification
 from ..objectives import IGNORE_INDEX, tagging_inputs, trim_padding
 from ..train import History, fit, model_device
@@ -49,6 +54,10 @@ __all__ = [
     "finetune_classifier",
     "split_tagged",
     "tagging_accuracy",
+    "FEATURES",
+    "TOP_LAYERS",
+    "ScalarMixTagger",
+    "TopLayersBiLSTMTagger",
     "finetune_tagger",
 ]
 
@@ -464,6 +473,112 @@ def tagging_accuracy(
     return result
 
 
+# The feature-based taggers (ELMo, Peters et al. 2018, §3.3; BERT, Devlin et al. 2019, §5.3):
+# what a frozen encoder hands to the task model. "last": its last layer (the fine-tuned
+# tagger's input); "scalar_mix": ELMo's learned softmax-weighted sum of every hidden state
+# (the embeddings' output and each layer) times a learned gamma; "top_bilstm": BERT's
+# feature-based arm, a BiLSTM over the concatenated top TOP_LAYERS hidden states. Each ends in
+# the fine-tuned tagger's own dropout and linear layer, initialised from the same seed.
+FEATURES = ("last", "scalar_mix", "top_bilstm")
+TOP_LAYERS = 4  # the paper's best feature-based arm concatenates the last four hidden layers
+
+
+class _FeatureTagger(BertForTokenClassification):
+    """A :class:`BertForTokenClassification` whose linear layer reads features made from all
+    the body's hidden states (:meth:`features`) instead of its last layer. The extra layers
+    are built after the tagger's own, without drawing random numbers before them, so the
+    linear layer starts from the same weights as the fine-tuned tagger's for a given seed."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.build_features(config)
+
+    def build_features(self, config: BertConfig) -> None:
+        raise NotImplementedError
+
+    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+        """``[batch, seq, hidden]`` from the body's ``hidden_states`` (embeddings first)."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ):
+        out = self.base(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            output_attentions=output_attentions,
+            output_hidden_states=True,
+        )
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        mixed = self.features(out.hidden_states, mask)
+        # the tagger's own head (dropout, linear layer, loss) on the new features
+        record = BertModelOutput(
+            last_hidden_state=mixed,
+            hidden_states=out.hidden_states if output_hidden_states else None,
+            attentions=out.attentions,
+        )
+        return self.forward_heads(record, labels)
+
+
+class ScalarMixTagger(_FeatureTagger):
+    r"""ELMo's way of using a frozen encoder: :math:`\gamma \sum_j \mathrm{softmax}(w)_j h_j`
+    over every hidden state (embeddings' output and each layer, :class:`ScalarMix`, :math:`w`
+    from 0 and :math:`\gamma` from 1), then the fine-tuned tagger's dropout and linear layer."""
+
+    def build_features(self, config: BertConfig) -> None:
+        self.scalar_mix = ScalarMix(config.num_hidden_layers + 1)
+
+    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+        return self.scalar_mix(list(hidden_states))
+
+
+class TopLayersBiLSTMTagger(_FeatureTagger):
+    """BERT's feature-based arm (Devlin et al. 2019, §5.3, at a small size): the top
+    :data:`TOP_LAYERS` hidden states (all of them when the encoder has fewer) concatenated,
+    a one-layer BiLSTM of ``hidden_size // 2`` units each way over the real tokens, then the
+    fine-tuned tagger's dropout and linear layer (PyTorch's default LSTM initialisation)."""
+
+    def build_features(self, config: BertConfig) -> None:
+        self.top = min(TOP_LAYERS, config.num_hidden_layers + 1)
+        self.lstm = nn.LSTM(
+            self.top * config.hidden_size, config.hidden_size // 2, batch_first=True, bidirectional=True
+        )
+
+    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+        x = torch.cat(list(hidden_states[-self.top :]), dim=-1)
+        lengths = attention_mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        y, _ = self.lstm(packed)
+        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.size(1))
+        return y
+
+
+_FEATURE_TAGGERS = {"scalar_mix": ScalarMixTagger, "top_bilstm": TopLayersBiLSTMTagger}
+
+
+def _tagger_class(start: nn.Module | BertConfig | XLNetConfig, features: str) -> type:
+    """The start family's tagger for ``features="last"``, else a feature-based BERT tagger."""
+    tagger = _task_model(start, "tagger")
+    if features == "last":
+        return tagger
+    if tagger is not BertForTokenClassification:
+        raise TypeError(
+            f"features={features!r} builds on BERT's tagger; an {family_of(start).name} start takes "
+            "features='last' only"
+        )
+    return _FEATURE_TAGGERS[features]
+
+
 def finetune_tagger(
     start: nn.Module | BertConfig | XLNetConfig,
     tokenizer,
@@ -481,6 +596,7 @@ def finetune_tagger(
     cache_name: str | None = None,
     progress: bool | None = None,
     freeze_body: bool = False,
+    features: str = "last",
 ) -> tuple[nn.Module, History]:
     """Fine-tune a tagger on ``(words, tag ids)`` sentences; returns ``(tagger, history)``.
 
@@ -495,8 +611,19 @@ def finetune_tagger(
     body's own output dropout stays). ``history.evals`` holds ``accuracy`` and
     ``unseen_accuracy`` on ``eval_items`` (unseen: words that never occur in ``train_items``).
     ``freeze_body``: train only the tagging layer on the frozen encoder (feature-based, ELMo's
-    way).
+    way). ``features`` (with ``freeze_body=True`` and a BERT-family start only) says what the
+    frozen encoder hands to that layer (:data:`FEATURES`): ``"last"`` its last layer (as when
+    fine-tuning), ``"scalar_mix"`` ELMo's learned mix of every hidden state
+    (:class:`ScalarMixTagger`), ``"top_bilstm"`` a BiLSTM over the top layers
+    (:class:`TopLayersBiLSTMTagger`, BERT's feature-based arm).
     """
+    if features not in FEATURES:
+        raise ValueError(f"features must be one of {', '.join(map(repr, FEATURES))}, got {features!r}")
+    if features != "last" and not freeze_body:
+        raise ValueError(
+            f"features={features!r} is a feature-based tagger: it needs freeze_body=True (a fine-tuned "
+            "tagger reads the last layer)"
+        )
     words, tags = split_tagged(train_items, "train_items")
     flat = [t for ts in tags for t in ts]
     check_labels(min(flat), max(flat), num_labels, "tags")
@@ -526,7 +653,8 @@ def finetune_tagger(
         recipe="finetune_tagger",
         train=_digest([words, tags]),
         eval=_digest([list(map(list, it)) for it in eval_items or []]),
+        **({"features": features} if features != "last" else {}),
     )
-    task = _Task(_task_model(start, "tagger"), inputs, loss_fn, eval_fn if eval_items else None, spec)
+    task = _Task(_tagger_class(start, features), inputs, loss_fn, eval_fn if eval_items else None, spec)
     options = locals()
     return _finetune(task, start, tokenizer, **{k: options[k] for k in _FINETUNE_OPTIONS})

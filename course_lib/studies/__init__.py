@@ -68,6 +68,7 @@ _STUDIES: dict[str, Study] = {}
 _MODULES = (
     "course_lib.studies.bert",
     "course_lib.studies.roberta_batch",
+    "course_lib.studies.feature_based",
     "course_lib.studies.elmo",
     "course_lib.studies.albert",
     "course_lib.studies.albert_shapes",
