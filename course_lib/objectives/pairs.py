@@ -170,12 +170,14 @@ def text_pairs(
     *,
     seed: int = 0,
     sentences_per_unit: int = 1,
-    prob: float = 0.5,
+    random_prob: float | None = None,
+    swap_prob: float | None = None,
 ) -> list[tuple[str, str, int]]:
     """A labelled sentence-pair task ``(a, b, label)`` on text, drawn by the pretraining
-    pairs' rule: :func:`make_nsp_pairs` (``pair_task="nsp"``; ``prob`` = its ``random_prob``)
-    or :func:`make_sop_pairs` (``"sop"``; ``prob`` = its ``swap_prob``), with Hugging Face's
-    labels (0 = the real continuation / the right order, 1 = a random unit / swapped).
+    pairs' rule: :func:`make_nsp_pairs` (``pair_task="nsp"``, with its ``random_prob``) or
+    :func:`make_sop_pairs` (``"sop"``, with its ``swap_prob``; each 0.5 when not given), with
+    Hugging Face's labels (0 = the real continuation / the right order, 1 = a random unit /
+    swapped). The other task's probability is refused.
 
     ``documents``: corpus documents (objects with ``.sentences``, each with ``.text``) or
     lists of sentence strings. A unit is ``sentences_per_unit`` consecutive sentences joined
@@ -198,7 +200,11 @@ def text_pairs(
             f"{sentences_per_unit} sentences"
         )
     name, build = _PAIR_BUILDERS[pair_task]
-    pairs = build(units, seed, **{name: prob})
+    given = {"random_prob": random_prob, "swap_prob": swap_prob}
+    wrong = [k for k, v in given.items() if k != name and v is not None]
+    if wrong:
+        raise ValueError(f"{wrong[0]} belongs to the other pair task; pair_task={pair_task!r} takes {name}")
+    pairs = build(units, seed, **{name: 0.5 if given[name] is None else given[name]})
     return list(zip(pairs.a, pairs.b, pairs.label.tolist()))
 
 

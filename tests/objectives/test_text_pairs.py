@@ -64,19 +64,23 @@ def test_text_pairs_draw_what_the_id_pairs_draw(task):
     """One rule: on the same documents and seed, the text task pairs the same units, with the
     same labels, as the pretraining pairs on token ids (units replaced by their index)."""
     docs = generate_documents(60, seed=2)
-    text = text_pairs(docs, task, seed=7, prob=0.3)
+    name = "random_prob" if task == "nsp" else "swap_prob"
+    text = text_pairs(docs, task, seed=7, **{name: 0.3})
     ids, k = [], 0
     for d in docs:
         ids.append([[k + i] for i in range(len(d))])
         k += len(d)
     build = make_nsp_pairs if task == "nsp" else make_sop_pairs
-    pairs = build(ids, 7, **{"random_prob" if task == "nsp" else "swap_prob": 0.3})
+    pairs = build(ids, 7, **{name: 0.3})
     flat = [s.text for d in docs for s in d.sentences]
     assert [(a, b) for a, b, _ in text] == [(flat[a[0]], flat[b[0]]) for a, b in zip(pairs.a, pairs.b)]
     assert [y for *_, y in text] == pairs.label.tolist()
-    assert text == text_pairs(docs, task, seed=7, prob=0.3) != text_pairs(docs, task, seed=8, prob=0.3)
+    again, other = (text_pairs(docs, task, seed=k, **{name: 0.3}) for k in (7, 8))
+    assert text == again != other
     # documents as lists of sentence strings give the same pairs
-    assert text_pairs([[s.text for s in d.sentences] for d in docs], task, seed=7, prob=0.3) == text
+    assert text_pairs([[s.text for s in d.sentences] for d in docs], task, seed=7, **{name: 0.3}) == text
+    # the default probability is the builders' 0.5
+    assert text_pairs(docs, task, seed=7) == text_pairs(docs, task, seed=7, **{name: 0.5})
 
 
 def test_text_pairs_refuse_bad_arguments():
@@ -84,9 +88,13 @@ def test_text_pairs_refuse_bad_arguments():
     with pytest.raises(ValueError, match="pair_task must be one of"):
         text_pairs(docs, "order")
     with pytest.raises(ValueError, match="swap_prob must lie in"):
-        text_pairs(docs, "sop", prob=1.5)
+        text_pairs(docs, "sop", swap_prob=1.5)
     with pytest.raises(ValueError, match="random_prob must lie in"):
-        text_pairs(docs, "nsp", prob=-0.1)
+        text_pairs(docs, "nsp", random_prob=-0.1)
+    with pytest.raises(ValueError, match="swap_prob belongs to the other pair task; pair_task='nsp' takes"):
+        text_pairs(docs, "nsp", swap_prob=0.5)
+    with pytest.raises(ValueError, match="random_prob belongs to the other pair task"):
+        text_pairs(docs, "sop", random_prob=0.5)
     with pytest.raises(ValueError, match="integer of at least 1"):
         text_pairs(docs, "sop", sentences_per_unit=2.0)
     assert torch.is_tensor(make_sop_pairs([[[1], [2]]], 0).label)
