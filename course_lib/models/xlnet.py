@@ -654,20 +654,10 @@ class XLNetModel(CountsParameters, nn.Module):
         return model.eval()
 
 
-class XLNetLMHeadModel(TiedLMHeadModel):
-    r"""XLNet with its language-model head: :math:`\mathrm{logits} = x\, W_e^\top + b` on the
-    model's output (the query stream at the targets with ``target_mapping``), ``W_e`` the word
-    embeddings when ``tie_word_embeddings``.
-
-    ``forward`` takes :class:`XLNetModel`'s arguments and ``labels`` ``[batch, num_predict]``
-    (``-100``: no loss), and returns an :class:`XLNetLMHeadModelOutput`; the loss is the mean
-    cross-entropy over the labelled targets.
-    """
-
-    config_class = XLNetConfig
-    body_class = XLNetModel
-    output_class = XLNetLMHeadModelOutput
-    loss_fn = staticmethod(masked_lm_loss)
+class _XLNetHeads:
+    """The forward pass every XLNet model with a head shares: :class:`XLNetModel`'s arguments
+    (keywords are safest: the third positional one is ``mems``) and ``labels``, the body at
+    ``transformer``, then the model's own ``head_output(out, labels)``."""
 
     def forward(
         self,
@@ -683,7 +673,7 @@ class XLNetLMHeadModel(TiedLMHeadModel):
         use_mems: bool | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-    ) -> XLNetLMHeadModelOutput:
+    ):
         out = self.transformer(
             input_ids,
             attention_mask,
@@ -698,6 +688,22 @@ class XLNetLMHeadModel(TiedLMHeadModel):
         )
         return self.head_output(out, labels)
 
+
+class XLNetLMHeadModel(_XLNetHeads, TiedLMHeadModel):
+    r"""XLNet with its language-model head: :math:`\mathrm{logits} = x\, W_e^\top + b` on the
+    model's output (the query stream at the targets with ``target_mapping``), ``W_e`` the word
+    embeddings when ``tie_word_embeddings``.
+
+    ``forward`` takes :class:`XLNetModel`'s arguments and ``labels`` ``[batch, num_predict]``
+    (``-100``: no loss), and returns an :class:`XLNetLMHeadModelOutput`; the loss is the mean
+    cross-entropy over the labelled targets.
+    """
+
+    config_class = XLNetConfig
+    body_class = XLNetModel
+    output_class = XLNetLMHeadModelOutput
+    loss_fn = staticmethod(masked_lm_loss)
+
     def hf_names(self) -> dict[str, str]:
         """Our parameter names -> ``transformers.XLNetLMHeadModel``'s (a tied head maps to the
         word embeddings too)."""
@@ -710,7 +716,7 @@ class XLNetLMHeadModel(TiedLMHeadModel):
         return _copy_hf(cls, hf_model)
 
 
-class XLNetForTokenClassification(WithBody, nn.Module):
+class XLNetForTokenClassification(_XLNetHeads, WithBody, nn.Module):
     """XLNet with a tagging head: a ``Linear(d_model, num_labels)`` (``classifier``) on every
     position of the content stream, as ``transformers.XLNetForTokenClassification``. The dropout
     before it is the body's own output dropout (``config.dropout``), plus
@@ -741,33 +747,8 @@ class XLNetForTokenClassification(WithBody, nn.Module):
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         init_weights(self.classifier, config.initializer_range)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        mems: Sequence[Tensor] | None = None,
-        perm_mask: Tensor | None = None,
-        target_mapping: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        input_mask: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        use_mems: bool | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> XLNetForTokenClassificationOutput:
-        out = self.transformer(
-            input_ids,
-            attention_mask,
-            mems,
-            perm_mask,
-            target_mapping,
-            token_type_ids,
-            input_mask,
-            use_mems=use_mems,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+    def head_output(self, out: XLNetModelOutput, labels: Tensor | None) -> XLNetForTokenClassificationOutput:
+        """The tagging head on the body's output ``out``, with the loss when ``labels`` are given."""
         logits = self.classifier(self.dropout(out.last_hidden_state))
         return XLNetForTokenClassificationOutput(
             loss=token_classification_loss(logits, labels) if labels is not None else None,
