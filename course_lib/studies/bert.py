@@ -53,6 +53,17 @@ QUICK: dict[str, Any] = dict(
 )
 
 
+# the chapter's BERT: MLM + NSP on single-sentence pairs, static masking (arm "mlm_nsp")
+MAIN_ARM: dict[str, Any] = dict(masking="static", pair_task="nsp")
+
+
+def pretraining_options(s: dict[str, Any], tokenizer, held_docs, device, seed: int) -> dict[str, Any]:
+    """What every pretraining of this study shares: its tokenizer, held-out documents, device,
+    seed and the ``pretrain`` settings (with :data:`MAIN_ARM`: the chapter's BERT)."""
+    p = s["pretrain"]
+    return dict(tokenizer=tokenizer, heldout=held_docs, device=device, seed=seed, progress=False, **p)
+
+
 def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     s = QUICK if quick else SETTINGS
     device = get_device()
@@ -60,7 +71,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     masker = make_masker(tokenizer)
     p = s["pretrain"]
     config = bert_config("small", vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"])
-    common = dict(tokenizer=tokenizer, heldout=held_docs, device=device, seed=seed, progress=False, **p)
+    common = pretraining_options(s, tokenizer, held_docs, device, seed)
     held = {
         "pairs": pretraining_examples(
             held_docs, tokenizer, max_len=p["max_len"], pair_task="nsp", seed=seed + 1
@@ -73,7 +84,7 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
         ),
     }
     models = {
-        "mlm_nsp": pretrain_bert(config, train_docs, masking="static", pair_task="nsp", **common),
+        "mlm_nsp": pretrain_bert(config, train_docs, **MAIN_ARM, **common),
         "nsp_segments": pretrain_bert(
             config, train_docs, masking="static", pair_task="nsp", nsp_unit="segment", **common
         ),
@@ -113,23 +124,9 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     bert = models["mlm_nsp"].model
     start = evaluate_mlm(bert, held["pairs"], masker, seed=seed)
     out["masking_start"] = {"mlm_loss": start["mlm_loss"], "mlm_accuracy": start["mlm_accuracy"]}
+    continued = {**common, **{k: m[k] for k in ("steps", "batch_size", "lr", "eval_every")}}
     for masking in ("static", "dynamic"):
-        _, _, h = pretrain_bert(
-            config,
-            train_docs[: m["documents"]],
-            tokenizer=tokenizer,
-            heldout=held_docs,
-            masking=masking,
-            init=bert,
-            device=device,
-            seed=seed,
-            progress=False,
-            steps=m["steps"],
-            batch_size=m["batch_size"],
-            lr=m["lr"],
-            max_len=p["max_len"],
-            eval_every=m["eval_every"],
-        )
+        _, _, h = pretrain_bert(config, train_docs[: m["documents"]], masking=masking, init=bert, **continued)
         out[f"masking_{masking}"] = {
             "train_loss_last50": sum(h.loss[-50:]) / len(h.loss[-50:]),
             "mlm_loss": h.evals["mlm_loss"][-1],

@@ -47,6 +47,7 @@ from ..device import get_device
 from ..recipes.bert import bert_config, pretrain_bert
 from ..recipes.finetune import finetune_tagger
 from . import Study, register_study, text_and_tokenizer
+from .bert import MAIN_ARM, pretraining_options
 from .bert import QUICK as BERT_QUICK
 from .bert import SETTINGS as BERT
 
@@ -80,18 +81,8 @@ def run(seed: int, quick: bool = False) -> dict[str, dict[str, Any]]:
     p = s["pretrain"]
     config = bert_config("small", vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"])
     # exactly 03_bert's main pretraining ("mlm_nsp")
-    bert, _, pretraining = pretrain_bert(
-        config,
-        train_docs,
-        masking="static",
-        pair_task="nsp",
-        tokenizer=tokenizer,
-        heldout=held_docs,
-        device=device,
-        seed=seed,
-        progress=False,
-        **p,
-    )
+    options = pretraining_options(s, tokenizer, held_docs, device, seed)
+    bert, _, pretraining = pretrain_bert(config, train_docs, **MAIN_ARM, **options)
     out: dict[str, dict[str, Any]] = {"pretraining": {"seconds": pretraining.seconds}}
     t = s["tagging"]
     tagset, items, evals = pos_tagging_task(t["train"], t["test"])

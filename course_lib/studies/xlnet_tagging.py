@@ -84,33 +84,32 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     common = dict(
         curve_points=s["curve_points"], tokenizer=tokenizer, heldout=held_docs, device=device, seed=seed
     )
-    xl_models, out = pretrain_arms(
-        pretrain_xlnet,
-        train_docs,
-        {"xlnet": {}},
-        p["xlnet"],
-        config_of=lambda arm: xl_config,
-        curves_of=lambda arm: {"curve_accuracy": "plm_accuracy"},
-        **common,
-    )
-    ae_models, ae_out = pretrain_arms(
-        pretrain_bert,
-        train_docs,
-        {"ae": {}},
-        p["ae"],
-        config_of=lambda arm: ae_config,
-        curves_of=lambda arm: {"curve_accuracy": "mlm_accuracy"},
-        pair_task=None,
-        **common,
-    )
-    out.update(ae_out)
+    # family -> (recipe, config, the held-out accuracy it logs, its own options)
+    families = {
+        "xlnet": (pretrain_xlnet, xl_config, "plm_accuracy", {}),
+        "ae": (pretrain_bert, ae_config, "mlm_accuracy", {"pair_task": None}),
+    }
+    pretrained, out = {}, {}
+    for name, (recipe, config, curve, options) in families.items():
+        models, records = pretrain_arms(
+            recipe,
+            train_docs,
+            {name: {}},
+            p[name],
+            config_of=lambda arm, config=config: config,
+            curves_of=lambda arm, curve=curve: {"curve_accuracy": curve},
+            **common,
+            **options,
+        )
+        pretrained.update(models)
+        out.update(records)
 
     t = s["tagging"]
     tagset, items, evals = pos_tagging_task(t["train"], t["test"])
     starts = {
-        "tag_xlnet_finetuned": (xl_models["xlnet"], False, t["lr"]),
+        "tag_xlnet_finetuned": (pretrained["xlnet"], False, t["lr"]),
         "tag_xlnet_random": (xl_config, False, t["lr"]),
-        "tag_mlm_finetuned": (ae_models["ae"], False, t["lr"]),
+        "tag_mlm_finetuned": (pretrained["ae"], False, t["lr"]),
         "tag_mlm_random": (ae_config, False, t["lr"]),
     }
     tagged = finetune_each(
