@@ -77,6 +77,7 @@ _MODULES = (
     "course_lib.studies.xlnet_tagging",
     "course_lib.studies.transfo_xl",
     "course_lib.studies.distill",
+    "course_lib.studies.two_layer_student",
 )
 
 

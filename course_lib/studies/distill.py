@@ -216,7 +216,10 @@ def student_arms(setup: dict[str, Any], s: dict[str, Any], seed: int, arms=ARMS)
     return out
 
 
-def _scores(d, teacher, setup) -> dict[str, Any]:
+def distilled_scores(d, teacher, setup) -> dict[str, Any]:
+    """A student's result numbers: its tagging accuracy and unseen-word accuracy at the end of
+    training, its agreement with ``teacher``'s tags on the test sentences and its parameters
+    (``d``: a :class:`~course_lib.recipes.distill.Distilled`; ``setup``: :func:`chapter_setup`'s)."""
     sentences = [words for words, _ in setup["evals"]]
     return dict(
         accuracy=d.history.evals["accuracy"][-1],
@@ -241,7 +244,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         )
     }
     for arm, d in student_arms(setup, s, seed).items():
-        out[arm] = _scores(d, teacher if arm != "joint" else d.teacher, setup)
+        out[arm] = distilled_scores(d, teacher if arm != "joint" else d.teacher, setup)
         if arm == "joint":
             sentences = [w for w, _ in evals]
             out[arm]["teacher_accuracy"] = tagging_accuracy(d.teacher, tokenizer, evals)["accuracy"]
@@ -259,7 +262,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         agreement=1.0,
         parameters=weak.num_parameters(),
     )
-    out["kd_weak_teacher"] = _scores(d, weak, setup)
+    out["kd_weak_teacher"] = distilled_scores(d, weak, setup)
     w = s["sweep"]
     sweep: dict[str, list[float]] = {"sizes": list(w["sizes"])}
     for n in w["sizes"]:
