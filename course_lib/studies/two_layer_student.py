@@ -36,7 +36,7 @@ from . import Study, register_study
 from . import distill as _distill
 from .distill import QUICK as DISTILL_QUICK
 from .distill import SETTINGS as DISTILL
-from .distill import chapter_setup, distilled_scores, student_arms
+from .distill import chapter_setup, distilled_scores, student_arms, teacher_scores
 
 ARMS = ("scratch", "kd", "kd_hints", "tinybert")
 _SHARED = ("size", "documents", "tokenizer", "pretrain", "tagging", "distill", "first_steps", "transfer")
@@ -56,15 +56,8 @@ QUICK: dict[str, Any] = dict(
 def run(seed: int, quick: bool = False) -> dict[str, Any]:
     s = QUICK if quick else SETTINGS
     setup = chapter_setup(s, seed, get_device())
-    teacher, h = setup["teacher"], setup["teacher_history"]
-    out: dict[str, Any] = {
-        "teacher": dict(
-            accuracy=h.evals["accuracy"][-1],
-            unseen_accuracy=h.evals["unseen_accuracy"][-1],
-            agreement=1.0,
-            parameters=teacher.num_parameters(),
-        )
-    }
+    teacher = setup["teacher"]
+    out: dict[str, Any] = {"teacher": teacher_scores(setup)}
     for name, student in s["students"].items():
         for arm, d in student_arms(setup, {**s, "student": student}, seed, arms=s["arms"]).items():
             out[f"{arm}_{name}"] = distilled_scores(d, teacher, setup)
@@ -84,6 +77,7 @@ STUDY = register_study(
             _distill._tagger,
             student_arms,
             distilled_scores,
+            teacher_scores,
             tag_agreement,
         ),
     )
