@@ -73,6 +73,7 @@ _MODULES = (
     "course_lib.studies.albert",
     "course_lib.studies.albert_shapes",
     "course_lib.studies.ar_ae",
+    "course_lib.studies.generation",
     "course_lib.studies.xlnet",
     "course_lib.studies.xlnet_tagging",
     "course_lib.studies.transfo_xl",

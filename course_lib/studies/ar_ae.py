@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from ..analysis.ar_ae import (
+    FILL_ORDERS,
     cloze_log_probs,
     fill_masks,
     find_name,
@@ -206,22 +207,73 @@ def _cloze(models: dict, batch: dict, positions: torch.Tensor, mask_id: int) -> 
     return {name: _accuracy(v, target) for name, v in lp.items()}
 
 
-def run(seed: int, quick: bool = False) -> dict[str, Any]:
-    s = QUICK if quick else SETTINGS
+def generate_continuations(
+    models: dict, prompts: torch.Tensor, n_tokens: int, temperature: float, seed: int, sp: dict[str, int]
+) -> dict[str, torch.Tensor]:
+    """``n_tokens`` tokens after each of ``prompts`` (``[CLS] w1 w2 ...``, one length, no
+    ``[SEP]``) by each generator: ``"ar"`` samples from the left-to-right LM; each masked arm
+    fills ``[MASK]`` tokens placed before a final ``[SEP]``, left to right (``"<arm>_left_to_right"``)
+    or most confident first (``"<arm>_most_confident"``; Wang and Cho, 2019). Each generator draws
+    from its own torch generator of ``seed`` (the same at every ``temperature``); the special
+    tokens are never written. Returns prompt + continuation ids per generator."""
+    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    n, k = prompts.shape
+    generated = {
+        "ar": sample_causal(
+            models["ar"],
+            prompts,
+            n_tokens,
+            temperature=temperature,
+            generator=torch.Generator().manual_seed(1000 * seed),
+            banned_ids=specials,
+        )
+    }
+    blank = torch.cat([prompts, torch.full((n, n_tokens), sp["mask"]), torch.full((n, 1), sp["sep"])], 1)
+    for i, (name, order) in enumerate(((a, o) for a in MASKED_ARMS for o in FILL_ORDERS), 1):
+        filled = fill_masks(
+            models[name],
+            blank,
+            list(range(k, k + n_tokens)),
+            mask_token_id=sp["mask"],
+            order=order,
+            temperature=temperature,
+            generator=torch.Generator().manual_seed(1000 * seed + i),
+            banned_ids=specials,
+        )
+        generated[f"{name}_{order}"] = filled[:, : k + n_tokens]
+    return generated
+
+
+def model_judges(models: dict, ids: torch.Tensor, sp: dict[str, int]) -> dict[str, float]:
+    """Texts ``ids`` (``[CLS]`` + prompt + continuation, no padding) judged by the left-to-right
+    LM (log-likelihood per token) and by the longer-trained masked LM (PLL per token), over the
+    tokens after ``[CLS]``. Each judge favours text like its own."""
+    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    pll = pseudo_log_likelihood(models["ae_long"], ids, mask_token_id=sp["mask"], special_ids=specials)
+    return {
+        "ar_log_likelihood_per_token": float(next_token_log_probs(models["ar"], ids).mean()),
+        "ae_pll_per_token": float(pll.sum() / (ids.numel() - ids.size(0))),
+    }
+
+
+def pretrain_chapter_models(s: dict[str, Any], seed: int, arm_names: Sequence[str] | None = None):
+    """Chapter 5's text and tokenizer of the settings ``s`` and its networks pretrained by each
+    of ``arm_names`` (default: every arm of ``s``) with ``seed``: ``(models, arm records,
+    (training documents, held-out documents, held-out sentences with a city), tokenizer,
+    special ids)``. Study ``05_generation`` trains its generators the same way."""
     device = get_device()
     train_docs, held_docs, held_names, tokenizer, sp = chapter_text_and_tokenizer(s)
-    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
-    mask_id = sp["mask"]
     p = s["pretrain"]
     m = s["model"]
     config = replace(
         bert_config(m["size"], vocab_size=tokenizer.get_vocab_size(), max_len=p["max_len"], pad_id=sp["pad"]),
         num_hidden_layers=m["num_hidden_layers"],
     )
+    arms_settings = s["arms"] if arm_names is None else {k: s["arms"][k] for k in arm_names}
     models, arms = pretrain_arms(
         pretrain_bert,
         train_docs,
-        s["arms"],
+        arms_settings,
         p,
         config_of=lambda arm: config,
         curves_of=lambda arm: {"curve_accuracy": "lm_accuracy" if arm["causal"] else "mlm_accuracy"},
@@ -232,6 +284,15 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
         device=device,
         seed=seed,
     )
+    return models, arms, (train_docs, held_docs, held_names), tokenizer, sp
+
+
+def run(seed: int, quick: bool = False) -> dict[str, Any]:
+    s = QUICK if quick else SETTINGS
+    models, arms, (_, held_docs, held_names), tokenizer, sp = pretrain_chapter_models(s, seed)
+    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    mask_id = sp["mask"]
+    p = s["pretrain"]
     out: dict[str, Any] = dict(arms)
 
     # held-out rows (the training layout): perplexity of both causal LMs
@@ -304,48 +365,15 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
             break
     x = torch.tensor(prompts)
     k = x.size(1)
-    ar_ids = sample_causal(
-        models["ar"],
-        x,
-        g["tokens"],
-        temperature=g["temperature"],
-        generator=torch.Generator().manual_seed(1000 * seed),
-        banned_ids=specials,
-    )
-    generated = {"ar": ar_ids}
-    blank = torch.cat(
-        [x, torch.full((len(prompts), g["tokens"]), mask_id), torch.full((len(prompts), 1), sp["sep"])], 1
-    )
-    for i, (name, order) in enumerate(
-        ((n, o) for n in MASKED_ARMS for o in ("left_to_right", "most_confident")), 1
-    ):
-        filled = fill_masks(
-            models[name],
-            blank,
-            list(range(k, k + g["tokens"])),
-            mask_token_id=mask_id,
-            order=order,
-            temperature=g["temperature"],
-            generator=torch.Generator().manual_seed(1000 * seed + i),
-            banned_ids=specials,
-        )
-        generated[f"{name}_{order}"] = filled[:, : k + g["tokens"]]
+    generated = generate_continuations(models, x, g["tokens"], g["temperature"], seed, sp)
     out["generation"] = {
         "prompts": [tokenizer.decode(q[1:]) for q in prompts[: g["shown"]]],
         "n": len(prompts),
     }
-    # each continuation judged by the left-to-right LM and by the longer-trained masked LM, over
-    # the tokens after [CLS] (the prompts are the same for every generator; each judge favours
-    # text like its own)
     for name, ids in generated.items():
         texts = [tokenizer.decode(r[k:].tolist()) for r in ids]
         r = {**generation_statistics(texts), "examples": texts[: g["shown"]]}
-        r["ar_log_likelihood_per_token"] = float(next_token_log_probs(models["ar"], ids).mean())
-        r["ae_pll_per_token"] = float(
-            pseudo_log_likelihood(models["ae_long"], ids, mask_token_id=mask_id, special_ids=specials).sum()
-            / (ids.numel() - ids.size(0))
-        )
-        out[f"generation_{name}"] = r
+        out[f"generation_{name}"] = {**r, **model_judges(models, ids, sp)}
 
     # 5. the [MASK] discrepancy
     d = s["discrepancy"]
