@@ -12,6 +12,12 @@ with its own empty model cache so that every model is trained afresh under that 
   chapter under a setting again replaces that file, so the table never keeps a claim that a
   chapter no longer makes.
 
+The table is rebuilt from the records of this checkout *and* the committed table: a chapter
+measured here under some settings keeps the committed values of its other settings for every
+claim it still makes (same statement); a claim it no longer makes leaves the table; a chapter
+not measured here keeps its committed rows as they are. So a new setting (or one chapter) can be
+measured alone, and the table still shows every setting.
+
     .venv/bin/python benchmarks/claim_bands.py                      # the default grid, 2 jobs
     .venv/bin/python benchmarks/claim_bands.py --chapters 02 --jobs 1
     .venv/bin/python benchmarks/claim_bands.py --summarise-only     # rebuild the table from the records
@@ -99,7 +105,32 @@ def run_one(chapter: Path, setting: tuple[str, ...]) -> tuple[str, str, float, s
     return chapter.stem, name, seconds, status
 
 
-def summarise(logs: Path | list[Path]) -> str:
+def read_table(text: str) -> dict[tuple[str, str], dict]:
+    """The rows of a table :func:`summarise` wrote (one or more header lines, each naming its
+    settings): ``{(chapter, claim): {"low", "high", "values": {setting: value}}}``."""
+    rows: dict[tuple[str, str], dict] = {}
+    settings: list[str] = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| chapter |"):
+            settings = cells[3:-2]
+        elif line.startswith("| ") and settings and len(cells) == len(settings) + 5:
+            lo, hi = (x.strip() for x in cells[2].strip("[]").split(","))
+            row = rows.setdefault(
+                (cells[0], cells[1]),
+                {
+                    "low": None if lo == "-inf" else float(lo),
+                    "high": None if hi == "inf" else float(hi),
+                    "values": {},
+                },
+            )
+            row["values"].update({k: float(v) for k, v in zip(settings, cells[3:-2]) if v})
+    return rows
+
+
+def summarise(logs: Path | list[Path], previous: str = "") -> str:
+    """The table of the records in ``logs`` merged with ``previous`` (the committed table's text;
+    see the module's docstring for the rule)."""
     rows: dict[tuple[str, str], dict] = {}
     settings: list[str] = []
     logs = [logs] if isinstance(logs, Path) else logs
@@ -112,6 +143,16 @@ def summarise(logs: Path | list[Path]) -> str:
         row = rows.setdefault((r["chapter"], r["claim"]), {"low": r["low"], "high": r["high"], "values": {}})
         row["low"], row["high"] = r["low"], r["high"]  # the latest band
         row["values"][setting] = r["value"]
+    measured = {chapter for chapter, _ in rows}
+    for key, old in read_table(previous).items():
+        if key[0] not in measured:
+            rows[key] = old
+        elif key in rows:
+            rows[key]["values"] = {**old["values"], **rows[key]["values"]}
+        else:
+            continue
+        settings += [s for s in old["values"] if s not in settings]
+    settings = sorted(settings, key=lambda s: (s.endswith("-bf16"), s))
     out = [
         "# Claim bands: every chapter claim under several seeds, kernels and thread counts",
         "",
@@ -157,7 +198,8 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             for chapter, name, seconds, status in pool.map(lambda job: run_one(*job), jobs):
                 print(f"{chapter:>16}  {name:>18}  {seconds:6.0f} s  {status}", flush=True)
-    TABLE.write_text(summarise(sorted(OUT.glob("claims-*.jsonl"))))
+    previous = TABLE.read_text() if TABLE.exists() else ""
+    TABLE.write_text(summarise(sorted(OUT.glob("claims-*.jsonl")), previous))
     print(f"wrote {TABLE.relative_to(ROOT)}")
     return 0
 

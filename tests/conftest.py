@@ -28,6 +28,7 @@ SLOW_MODULES = {
     "test_grading_agreement.py",
     "test_studies_albert.py",  # a study's quick run (and its golden run)
     "test_studies_ar_ae.py",
+    "test_studies_generation.py",
     "test_studies_distill.py",
     "test_studies_elmo.py",
     "test_studies_probing.py",

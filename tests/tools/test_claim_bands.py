@@ -71,3 +71,44 @@ def test_the_grid_has_a_bf16_setting_and_runs_it_under_bf16_autocast(tmp_path, m
     bands.run_one(chapter, bands.GRID[0])
     assert seen[bf16[0][0]][0] == "bf16" and seen[bands.GRID[0][0]][0] == "auto"
     assert seen[bf16[0][0]][1] != seen[bands.GRID[0][0]][1]  # each setting its own model cache
+
+
+def test_a_new_setting_measured_alone_is_merged_into_the_committed_table(tmp_path):
+    bands = load_script()
+    committed = bands.summarise([], "")  # an empty table to start from
+    first = tmp_path / "a.jsonl"
+    first.write_text(
+        "".join(
+            json.dumps({"chapter": ch, "claim": c, "setting": "s0", "value": v, "low": 0.0, "high": None})
+            + "\n"
+            for ch, c, v in (
+                ("01_elmo", "kept", 0.5),
+                ("01_elmo", "dropped", 0.4),
+                ("02_transformer", "other", 0.3),
+            )
+        )
+    )
+    committed = bands.summarise(first, committed)
+    # later, chapter 1 alone under a new setting: it no longer makes the claim "dropped"
+    second = tmp_path / "b.jsonl"
+    second.write_text(
+        json.dumps(
+            {
+                "chapter": "01_elmo",
+                "claim": "kept",
+                "setting": "s0-bf16",
+                "value": -0.1,
+                "low": 0.0,
+                "high": None,
+            }
+        )
+        + "\n"
+    )
+    table = bands.summarise(second, committed)
+    rows = bands.read_table(table)
+    assert rows[("01_elmo", "kept")]["values"] == {"s0": 0.5, "s0-bf16": -0.1}
+    assert ("01_elmo", "dropped") not in rows
+    assert rows[("02_transformer", "other")]["values"] == {"s0": 0.3}  # a chapter not measured keeps its rows
+    line = next(x for x in table.splitlines() if "| kept |" in x)
+    assert line.endswith("| **NO** |")  # the merged values are checked against the band
+    assert table.splitlines()[4].split(" | ")[3:5] == ["s0", "s0-bf16"]  # bf16 settings last
