@@ -10,9 +10,12 @@ prompts at each of ``temperatures`` (every generator at the same temperature, dr
 same random stream at each), by:
 
 * **grammar**: the share of prompt + continuation texts that the generator's own grammar can
-  produce, read by :class:`~course_lib.analysis.judges.GrammarJudge` (every run of ``n``
-  word classes occurs in a large sample of the corpus generator's documents; a last word cut
-  by the token budget is dropped); it knows neither model;
+  produce (the whole text, and its first sentence: up to the first full stop), read by
+  :class:`~course_lib.analysis.judges.GrammarJudge` (every run of ``n`` word classes occurs in
+  a large sample of the corpus generator's documents; a last word cut by the token budget is
+  dropped); it knows neither model. The models were trained one sentence per row: after a full
+  stop the AR model would write ``[SEP]``, which generation forbids, so what follows its first
+  sentence is text it never saw; the masked LM's frame tells it where the text ends;
 * **diversity**: distinct bigrams and trigrams over all continuations of a generator
   (:func:`~course_lib.analysis.judges.distinct_n`), and the simple statistics of chapter 5
   (repeats, full stops);
@@ -120,8 +123,18 @@ def judge_texts(
     prompt_words = len(text_words(tokenizer.decode(ids[0, 1:k].tolist())))
     continuations = [w[prompt_words:] for w in words]
     texts = [tokenizer.decode(r[k:].tolist()) for r in ids]
+    # the first sentence: the words up to the first full stop after the prompt (or all of them).
+    # Chapter 5's models were trained one sentence per row, so after a full stop the AR model would
+    # write [SEP], which generation forbids; what it writes next it has never seen.
+    first = [w[: next((i + 1 for i in range(prompt_words, len(w)) if w[i] == "."), len(w))] for w in words]
     return {
         "grammatical_share": judge.grammatical_share(words),
+        "first_sentence_grammatical_share": judge.grammatical_share(first),
+        "first_sentence_ends_share": sum(
+            len(f) < len(w) or (f and f[-1] == ".") for f, w in zip(first, words)
+        )
+        / len(words),
+        "first_sentence_words": sum(len(f) - prompt_words for f in first) / len(first),
         "distinct_2": distinct_n(continuations, 2),
         "distinct_3": distinct_n(continuations, 3),
         **generation_statistics(texts),
