@@ -122,6 +122,28 @@ def test_feature_taggers_start_with_the_fine_tuned_taggers_linear_layer(body, ta
     assert torch.equal(plain.classifier.bias, feat.classifier.bias)
 
 
+@pytest.mark.parametrize("tagger_class", [ScalarMixTagger, TopLayersBiLSTMTagger])
+def test_feature_taggers_return_hidden_states_only_when_asked(body, tok, items, tagger_class):
+    tagger, _ = start_model(body, tagger_class, 3, "cpu", num_labels=3)
+    tagger.eval()
+    enc = {k: v[:3] for k, v in _inputs(tok, items).items()}
+    ids, mask, types = enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]
+    with torch.no_grad():
+        plain = tagger(ids, mask, types)
+        asked = tagger(ids, mask, types, output_hidden_states=True)
+        hidden = tagger.bert(ids, mask, types, output_hidden_states=True).hidden_states
+        want = tagger.classifier(tagger.combine(hidden, mask))
+        unmasked = tagger(ids)  # no attention mask: every position is a real token
+        all_real = tagger(ids, torch.ones_like(ids))
+    assert plain.hidden_states is None and plain.attentions is None
+    assert len(asked.hidden_states) == body.config.num_hidden_layers + 1
+    for a, b in zip(asked.hidden_states, hidden, strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(plain.logits, asked.logits)
+    torch.testing.assert_close(plain.logits, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(unmasked.logits, all_real.logits)
+
+
 def test_bad_feature_options_are_refused(body, tok, items):
     assert FEATURES == ("last", "scalar_mix", "top_bilstm")
     with pytest.raises(ValueError, match="features must be one of"):
