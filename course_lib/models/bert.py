@@ -429,8 +429,10 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
     Hugging Face prefix), the body's class and configuration class, whether the body keeps
     its pooler, and its heads (:meth:`build_heads`, initialised here in the order given) with
     their Hugging Face names (``hf_heads``, tables in :mod:`course_lib.models.hf`). ``forward``
-    is shared: the body runs on Hugging Face's arguments, then the subclass's
-    :meth:`forward_heads` turns its output into the task's record and loss.
+    is shared: the body runs on Hugging Face's arguments, :meth:`features` may remake its
+    output (identity by default; a model whose heads read every layer sets
+    ``reads_hidden_states``, and the body then returns every hidden state whatever the caller
+    asked), then the subclass's :meth:`forward_heads` turns it into the task's record and loss.
     """
 
     config: BertConfig
@@ -439,6 +441,7 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
     base_attr = "bert"
     add_pooling_layer = False
     optional_body_keys = ("pooler.",)  # load_body copies the pooler when both have one
+    reads_hidden_states = False  # True: features() reads every hidden state, not only the last
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -470,18 +473,27 @@ class _BertWithHeads(WithBody, HFWithHeads, nn.Module):
         output_hidden_states: bool = False,
         **head_options: Any,
     ) -> ModelOutput:
-        """Run the body (:class:`BertModel`'s arguments), then the heads (:meth:`forward_heads`),
-        which receive ``labels`` and the model's own options (``next_sentence_label``,
-        ``masked_only``)."""
+        """Run the body (:class:`BertModel`'s arguments), its :meth:`features`, then the heads
+        (:meth:`forward_heads`), which receive ``labels`` and the model's own options
+        (``next_sentence_label``, ``masked_only``). The output carries the body's hidden states
+        only when ``output_hidden_states`` asks for them."""
         out = self.base(
             input_ids,
             attention_mask,
             token_type_ids,
             position_ids,
             output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            output_hidden_states=output_hidden_states or self.reads_hidden_states,
         )
+        out = self.features(out, attention_mask)
+        if self.reads_hidden_states and not output_hidden_states:
+            out = replace(out, hidden_states=None)
         return self.forward_heads(out, labels, **head_options)
+
+    def features(self, out: BertModelOutput, attention_mask: Tensor | None) -> BertModelOutput:
+        """What the heads read, from the body's output (``hidden_states`` holds every layer when
+        ``reads_hidden_states``): the body's output itself by default."""
+        return out
 
     def forward_heads(self, out: BertModelOutput, labels: Tensor | None) -> ModelOutput:
         """The task's output record (with its loss when ``labels`` are given) from the body's output."""

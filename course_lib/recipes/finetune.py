@@ -485,9 +485,11 @@ TOP_LAYERS = 4  # the paper's best feature-based arm concatenates the last four 
 
 class _FeatureTagger(BertForTokenClassification):
     """A :class:`BertForTokenClassification` whose linear layer reads features made from all
-    the body's hidden states (:meth:`features`) instead of its last layer. The extra layers
+    the body's hidden states (:meth:`combine`) instead of its last layer. The extra layers
     are built after the tagger's own, without drawing random numbers before them, so the
     linear layer starts from the same weights as the fine-tuned tagger's for a given seed."""
+
+    reads_hidden_states = True
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -496,38 +498,18 @@ class _FeatureTagger(BertForTokenClassification):
     def build_features(self, config: BertConfig) -> None:
         raise NotImplementedError
 
-    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+    def combine(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         """``[batch, seq, hidden]`` from the body's ``hidden_states`` (embeddings first)."""
         raise NotImplementedError
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        *,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ):
-        out = self.base(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            position_ids,
-            output_attentions=output_attentions,
-            output_hidden_states=True,
+    def features(self, out: BertModelOutput, attention_mask: Tensor | None) -> BertModelOutput:
+        # the tagger's own head (dropout, linear layer, loss) then reads the new features
+        hidden = out.last_hidden_state
+        mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+        mixed = self.combine(out.hidden_states, mask if attention_mask is None else attention_mask)
+        return BertModelOutput(
+            last_hidden_state=mixed, hidden_states=out.hidden_states, attentions=out.attentions
         )
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        mixed = self.features(out.hidden_states, mask)
-        # the tagger's own head (dropout, linear layer, loss) on the new features
-        record = BertModelOutput(
-            last_hidden_state=mixed,
-            hidden_states=out.hidden_states if output_hidden_states else None,
-            attentions=out.attentions,
-        )
-        return self.forward_heads(record, labels)
 
 
 class ScalarMixTagger(_FeatureTagger):
@@ -538,7 +520,7 @@ class ScalarMixTagger(_FeatureTagger):
     def build_features(self, config: BertConfig) -> None:
         self.scalar_mix = ScalarMix(config.num_hidden_layers + 1)
 
-    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+    def combine(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         return self.scalar_mix(list(hidden_states))
 
 
@@ -554,7 +536,7 @@ class TopLayersBiLSTMTagger(_FeatureTagger):
             self.top * config.hidden_size, config.hidden_size // 2, batch_first=True, bidirectional=True
         )
 
-    def features(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
+    def combine(self, hidden_states: Sequence[Tensor], attention_mask: Tensor) -> Tensor:
         x = torch.cat(list(hidden_states[-self.top :]), dim=-1)
         lengths = attention_mask.sum(1).clamp(min=1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)

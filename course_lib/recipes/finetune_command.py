@@ -1,9 +1,11 @@
 """``course finetune MODEL_DIR --task classify|tag --train FILE --out DIR``: fine-tune a model
-trained by ``course train`` (bert, roberta, albert; a ``course train distill`` student too)
-on a labelled file, as chapter 3 does, with the library's own fine-tuning recipes
-(:func:`~course_lib.recipes.finetune.finetune_classifier`: a classifier on the pooled ``[CLS]``
-vector; :func:`~course_lib.recipes.finetune.finetune_tagger`: one tag per word, read at its
-first piece).
+trained by ``course train`` (bert, roberta, albert; a ``course train distill`` student too;
+xlnet for ``--task tag`` only) on a labelled file, as chapter 3 does, with the library's own
+fine-tuning recipes (:func:`~course_lib.recipes.finetune.finetune_classifier`: a classifier on
+the pooled ``[CLS]`` vector; :func:`~course_lib.recipes.finetune.finetune_tagger`: one tag per
+word, read at its first piece; the start's family chooses the task model,
+:data:`~course_lib.recipes.finetune.FAMILIES`: the course has no ALBERT tagger and no XLNet
+classifier).
 
 Files (UTF-8; blank lines and lines starting with ``#`` are skipped in a TSV file):
 
@@ -140,14 +142,26 @@ def _split(items: list, heldout: float) -> tuple[list, list]:
     ]
 
 
-def _load_start(model_dir: Path, device: torch.device) -> tuple[nn.Module, Any]:
+def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Module, Any]:
+    """The pretrained model and tokenizer of ``model_dir``: a BERT-family masked LM for either
+    task, an XLNet model (``course train xlnet``) for ``tag`` only (the course has no XLNet
+    sentence classifier); ``ValueError`` with one line for anything else."""
     from .common import load_pretrained, saved_architecture
 
     architecture = saved_architecture(model_dir)
-    if not architecture.startswith(("Bert", "Albert", "Roberta")) or architecture == "BertLMHeadModel":
+    bert_family = architecture.startswith(("Bert", "Albert", "Roberta")) and architecture != "BertLMHeadModel"
+    xlnet = architecture.startswith("XLNet")
+    if xlnet and task == "classify":
+        raise ValueError(
+            f"{model_dir} holds a {architecture}: the course has no XLNet sentence classifier, so "
+            "--task classify starts from a model trained by `course train bert`, `roberta`, `albert` "
+            "(or a `distill` student); an XLNet model fine-tunes with --task tag"
+        )
+    if not (bert_family or xlnet):
         raise ValueError(
             f"{model_dir} holds a {architecture}: course finetune starts from a masked LM trained by "
-            "`course train bert`, `roberta`, `albert` (or a `distill` student)"
+            "`course train bert`, `roberta`, `albert` (or a `distill` student), or, for --task tag, "
+            "from `course train xlnet`"
         )
     return load_pretrained(model_dir, device=device)
 
@@ -204,7 +218,7 @@ def finetune_folder(
     if not train_items:
         raise ValueError(f"{train}: no examples left to train on")
     dev = get_device(device)
-    start, tokenizer = _load_start(model_dir, dev)
+    start, tokenizer = _load_start(model_dir, dev, task)
     register_task_models()  # so that the library loads the fine-tuned folder by its architecture
     options = dict(
         steps=steps,
@@ -346,7 +360,9 @@ def register(sub: Any) -> None:
         description=__doc__.split("\n\n")[0].replace("\n", " "),
     )
     p.add_argument(
-        "model", metavar="MODEL_DIR", help="a folder written by `course train bert|roberta|albert`"
+        "model",
+        metavar="MODEL_DIR",
+        help="a folder written by `course train bert|roberta|albert` (or `xlnet`, for --task tag)",
     )
     p.add_argument("--task", choices=TASKS, required=True, help="classify: label<TAB>text; tag: word<TAB>tag")
     p.add_argument("--train", required=True, metavar="FILE", help="the labelled training file")

@@ -47,6 +47,17 @@ def tiny_albert_config(vocab_size: int = 300) -> AlbertConfig:
     )
 
 
+def tiny_bert_config(vocab_size: int) -> BertConfig:
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        intermediate_size=128,
+        max_position_embeddings=64,
+    )
+
+
 @pytest.fixture(scope="module", autouse=True)
 def albert_registered():
     """The ALBERT classes in the recipes' registry (as their module registers them); what this
@@ -196,16 +207,7 @@ def test_pretraining_loss_adds_the_sop_loss_of_a_sop_model(docs, tok):
     assert set(metrics2) == {"mlm_accuracy", "mlm_loss", "nsp_loss", "nsp_accuracy"}
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-5)
     assert metrics2["nsp_accuracy"] == pytest.approx(metrics["sop_accuracy"])
-    bert = BertForPreTraining(
-        BertConfig(
-            vocab_size=tok.get_vocab_size(),
-            hidden_size=32,
-            num_attention_heads=2,
-            num_hidden_layers=1,
-            intermediate_size=128,
-            max_position_embeddings=64,
-        )
-    )
+    bert = BertForPreTraining(tiny_bert_config(tok.get_vocab_size()))
     bert_metrics = pretraining_loss(bert, batch)[1]  # BERT's NSP head on SOP labels
     assert {"sop_loss", "sop_accuracy"} <= set(bert_metrics) and "nsp_loss" not in bert_metrics
     both = {**batch, "next_sentence_label": label}
@@ -235,16 +237,7 @@ def test_evaluate_mlm_reports_sop_accuracy(docs, tok):
     expected = (out.sop_logits.argmax(-1) == ex["sentence_order_label"]).float().mean().item()
     assert got["sop_accuracy"] == pytest.approx(expected)
     # an NSP model on SOP examples: its head is scored on the examples' task
-    bert = BertForPreTraining(
-        BertConfig(
-            vocab_size=tok.get_vocab_size(),
-            hidden_size=32,
-            num_attention_heads=2,
-            num_hidden_layers=1,
-            intermediate_size=128,
-            max_position_embeddings=64,
-        )
-    ).eval()
+    bert = BertForPreTraining(tiny_bert_config(tok.get_vocab_size())).eval()
     result = evaluate_mlm(bert, ex, masker, seed=4)
     assert "nsp_accuracy" not in result
     with torch.no_grad():

@@ -96,9 +96,9 @@ def test_segments_join_consecutive_sentences_up_to_the_length(docs, tok):
         pretraining_examples(docs, tok, nsp_unit="paragraph")
 
 
-def test_frozen_body_trains_only_the_new_layer(masked, docs):
+def test_frozen_body_trains_only_the_new_layer(masked, mod3_items):
     model, tok, _ = masked
-    items = [(s.tokens, [i % 3 for i in range(len(s.tokens))]) for d in docs[:10] for s in d.sentences]
+    items = mod3_items
     tagger, _ = finetune_tagger(model, tok, items, num_labels=3, steps=5, lr=1e-2, freeze_body=True)
     for (name, p), q in zip(tagger.bert.named_parameters(), model.bert.parameters()):
         assert torch.equal(p, q), name

@@ -20,7 +20,7 @@ WORDS = "the cat dog bird sat ran on a mat tree house river old red big small".s
 def pretrained(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft")
     out = {}
-    for objective in ("bert", "roberta"):
+    for objective in ("bert", "roberta", "xlnet"):
         assert main(["train", objective, *TRAIN, "--out", str(root / objective)]) == 0
         out[objective] = root / objective
     return root, out
@@ -91,6 +91,37 @@ def test_a_tagger_from_a_roberta_model_and_a_separate_eval_file(pretrained, tmp_
     assert tagging_accuracy(model, tok, items)["accuracy"] == pytest.approx(metrics["heldout_accuracy"])
 
 
+def test_an_xlnet_folder_fine_tunes_as_a_tagger_and_loads_back(pretrained, tmp_path, capsys):
+    from course_lib.models.xlnet import XLNetForTokenClassification
+    from course_lib.recipes.finetune import tagging_accuracy
+
+    _, models = pretrained
+    train, held = (
+        _tagging_file(tmp_path / "train.conll", n=30),
+        _tagging_file(tmp_path / "held.conll", n=10, seed=1),
+    )
+    out = tmp_path / "xlnet-tagger"
+    argv = ["finetune", str(models["xlnet"]), "--task", "tag", "--train", str(train), "--eval", str(held)]
+    assert main([*argv, "--out", str(out), "--steps", "5", "--batch-size", "8"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["architecture"] == "XLNetForTokenClassification" and metrics["labels"] == ["ANIMAL", "O"]
+    model, tok, labels = load_finetuned(out)
+    assert isinstance(model, XLNetForTokenClassification) and not model.training and labels == ["ANIMAL", "O"]
+    items = read_tagging_file(held, labels).items
+    assert tagging_accuracy(model, tok, items)["accuracy"] == pytest.approx(metrics["heldout_accuracy"])
+
+
+def test_an_xlnet_folder_as_a_classifier_is_one_line(pretrained, tmp_path, capsys):
+    _, models = pretrained
+    data = _classification_file(tmp_path / "train.tsv", n=20)
+    argv = ["finetune", str(models["xlnet"]), "--task", "classify", "--train", str(data)]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "holds a XLNetLMHeadModel: the course has no XLNet sentence classifier" in err
+    assert "--task tag" in err and not (tmp_path / "o").exists()
+
+
 def test_sentence_pairs_are_read_as_pairs(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("same\tthe cat\tthe cat\ndiff\tthe cat\ta dog\n")
@@ -130,13 +161,12 @@ def test_bad_files_are_one_line(pretrained, tmp_path, capsys, content, task, nam
 
 
 def test_bad_models_and_options_are_one_line(pretrained, tmp_path, capsys):
-    root, models = pretrained
+    _, models = pretrained
     data = _classification_file(tmp_path / "train.tsv", n=20)
     base = ["finetune", "--task", "classify", "--train", str(data)]
-    assert main(["train", "xlnet", *TRAIN, "--out", str(root / "xlnet")]) == 0
     capsys.readouterr()
     cases = [
-        ([str(root / "xlnet"), "--out", str(tmp_path / "o")], "holds a XLNetLMHeadModel"),
+        ([str(models["xlnet"]), "--out", str(tmp_path / "o")], "holds a XLNetLMHeadModel"),
         ([str(tmp_path / "none"), "--out", str(tmp_path / "o")], "not a model folder"),
         ([str(models["bert"]), "--out", str(data)], "is a file"),
         ([str(models["bert"]), "--out", str(tmp_path / "o"), "--device", "gpu0"], "is not a device"),

@@ -41,22 +41,6 @@ XLNET = XLNetConfig(vocab_size=V, d_model=32, n_layer=2, n_head=2, d_inner=64)
 RUN = dict(num_labels=2, steps=30, batch_size=8, lr=3e-3, device="cpu", progress=False)
 
 
-def _noun_task(n: int, seed: int):
-    """Tag 1 for the nouns of a fixed little vocabulary, 0 for every other word."""
-    g = torch.Generator().manual_seed(seed)
-    nouns, others = ["cat", "dog", "bird", "chef"], ["the", "saw", "a", "near", "and", "happy"]
-    items = []
-    for _ in range(n):
-        words = [
-            (nouns if float(torch.rand((), generator=g)) < 0.4 else others)[
-                int(torch.randint(4, (), generator=g))
-            ]
-            for _ in range(6)
-        ]
-        items.append((words, [int(w in nouns) for w in words]))
-    return items
-
-
 def _pretrained(family: str):
     """A 'pretrained' start of the family (random weights: the recipe only copies them)."""
     torch.manual_seed(1)
@@ -64,9 +48,9 @@ def _pretrained(family: str):
 
 
 @pytest.mark.parametrize("family", ["bert", "xlnet"])
-def test_finetune_tagger_fine_tunes_both_families_the_same_way(family, tok):
+def test_finetune_tagger_fine_tunes_both_families_the_same_way(family, tok, noun_task):
     start = _pretrained(family)
-    train, test = _noun_task(32, 0), _noun_task(12, 1)
+    train, test = noun_task(32, 0), noun_task(12, 1)
     tagger, history = finetune_tagger(start, tok, train, eval_items=test, eval_every=15, **RUN)
     expected = BertForTokenClassification if family == "bert" else XLNetForTokenClassification
     assert type(tagger) is expected and not tagger.training
@@ -92,10 +76,10 @@ def test_an_xlnet_start_copies_the_body_and_shares_the_new_layer_with_a_random_s
     assert input_length(model.config) == RELATIVE_MAX_LEN and input_length(BERT) == BERT.max_len
 
 
-def test_freeze_body_keeps_xlnet_body_bit_identical(tok):
+def test_freeze_body_keeps_xlnet_body_bit_identical(tok, noun_task):
     lm = _pretrained("xlnet")
     before = {k: v.clone() for k, v in lm.transformer.state_dict().items()}
-    tagger, history = finetune_tagger(lm, tok, _noun_task(16, 2), freeze_body=True, **{**RUN, "steps": 8})
+    tagger, history = finetune_tagger(lm, tok, noun_task(16, 2), freeze_body=True, **{**RUN, "steps": 8})
     c = tagger.config
     assert c.dropout == 0.0 and c.classifier_dropout == XLNET.dropout and tagger.dropout.p == XLNET.dropout
     body = tagger.transformer.state_dict()
@@ -106,8 +90,8 @@ def test_freeze_body_keeps_xlnet_body_bit_identical(tok):
     assert len(history.loss) == 8
 
 
-def test_a_start_of_no_family_is_a_clear_error(tok):
-    items = _noun_task(4, 3)
+def test_a_start_of_no_family_is_a_clear_error(tok, noun_task):
+    items = noun_task(4, 3)
     transfo = TransfoXLLMHeadModel(TransfoXLConfig(vocab_size=V, d_model=16, n_layer=1, n_head=2, d_head=8))
     for bad in (transfo, torch.nn.Linear(2, 2), "bert", TransfoXLConfig()):
         with pytest.raises(TypeError, match="fine-tuning starts from"):
@@ -130,11 +114,11 @@ def test_a_start_of_no_family_is_a_clear_error(tok):
         start_model(_pretrained("bert"), XLNetForTokenClassification, 0, "cpu")
 
 
-def test_an_xlnet_tagger_saves_and_loads(tok, tmp_path):
+def test_an_xlnet_tagger_saves_and_loads(tok, tmp_path, noun_task):
     register_task_models()
-    tagger, _ = finetune_tagger(XLNET, tok, _noun_task(8, 4), **{**RUN, "steps": 2})
+    tagger, _ = finetune_tagger(XLNET, tok, noun_task(8, 4), **{**RUN, "steps": 2})
     save_pretrained(tmp_path / "t", tagger, tok, metadata={"note": "test"})
     loaded, _ = load_pretrained(tmp_path / "t")
     assert type(loaded) is XLNetForTokenClassification and loaded.config == tagger.config
-    items = _noun_task(4, 5)
+    items = noun_task(4, 5)
     assert tagging_accuracy(loaded, tok, items) == tagging_accuracy(tagger, tok, items)

@@ -380,25 +380,9 @@ def test_tagging_inputs_label_the_first_piece_of_each_word(tok):
         tagging_inputs(tok, words, tags, max_len=2)
 
 
-def _noun_task(n: int, seed: int):
-    """Tag 1 for the nouns of a fixed little vocabulary, 0 for every other word."""
-    g = torch.Generator().manual_seed(seed)
-    nouns, others = ["cat", "dog", "bird", "chef"], ["the", "saw", "a", "near", "and", "happy"]
-    items = []
-    for _ in range(n):
-        words = [
-            (nouns if int(torch.rand((), generator=g) < 0.4) else others)[
-                int(torch.randint(4, (), generator=g))
-            ]
-            for _ in range(6)
-        ]
-        items.append((words, [int(w in nouns) for w in words]))
-    return items
-
-
-def test_finetune_tagger_learns_and_reports_unseen_words(pretrained):
+def test_finetune_tagger_learns_and_reports_unseen_words(pretrained, noun_task):
     model, tok, _ = pretrained
-    train, test = _noun_task(64, 0), _noun_task(32, 1)
+    train, test = noun_task(64, 0), noun_task(32, 1)
     test = test + [(["the", "fish", "saw", "a", "nurse"], [0, 1, 0, 0, 1])]  # two words never seen labelled
     tagger, history = finetune_tagger(
         model, tok, train, num_labels=2, steps=60, batch_size=16, lr=3e-3, eval_items=test, eval_every=30
