@@ -14,8 +14,11 @@ with its own empty model cache so that every model is trained afresh under that 
 
 The table is rebuilt from the records of this checkout *and* the committed table: a chapter
 measured here under some settings keeps the committed values of its other settings for every
-claim it still makes (same statement); a claim it no longer makes leaves the table; a chapter
-not measured here keeps its committed rows as they are. So a new setting (or one chapter) can be
+claim it still makes (same statement), except a claim whose evidence is identical on every
+machine (a stored study, exact arithmetic), whose committed values may come from older stored
+results; a claim it no longer makes leaves the table; a chapter not measured here keeps its
+committed rows as they are. ``ok`` reads values and bands as the table shows them (four
+significant digits). So a new setting (or one chapter) can be
 measured alone, and the table still shows every setting.
 
     .venv/bin/python benchmarks/claim_bands.py                      # the default grid, 2 jobs
@@ -143,11 +146,12 @@ def summarise(logs: Path | list[Path], previous: str = "") -> str:
         row = rows.setdefault((r["chapter"], r["claim"]), {"low": r["low"], "high": r["high"], "values": {}})
         row["low"], row["high"] = r["low"], r["high"]  # the latest band
         row["values"][setting] = r["value"]
+        row["evidence"] = r.get("evidence") or ""
     measured = {chapter for chapter, _ in rows}
     for key, old in read_table(previous).items():
         if key[0] not in measured:
             rows[key] = old
-        elif key in rows:
+        elif key in rows and "identical on every machine" not in rows[key].get("evidence", ""):
             rows[key]["values"] = {**old["values"], **rows[key]["values"]}
         else:
             continue
@@ -169,10 +173,9 @@ def summarise(logs: Path | list[Path], previous: str = "") -> str:
         present = [v for v in vals if v is not None]
         lo = "-inf" if row["low"] is None else f"{row['low']:.4g}"
         hi = "inf" if row["high"] is None else f"{row['high']:.4g}"
-        ok = all(
-            (row["low"] is None or v >= row["low"]) and (row["high"] is None or v <= row["high"])
-            for v in present
-        )
+        shown = [float(f"{v:.4g}") for v in present]  # as the table shows them
+        low, high = (None if b is None else float(f"{b:.4g}") for b in (row["low"], row["high"]))
+        ok = all((low is None or v >= low) and (high is None or v <= high) for v in shown)
         cells = " | ".join("" if v is None else f"{v:.4g}" for v in vals)
         rng = f"{min(present):.4g} to {max(present):.4g}" if present else ""
         out.append(

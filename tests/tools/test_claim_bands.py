@@ -112,3 +112,49 @@ def test_a_new_setting_measured_alone_is_merged_into_the_committed_table(tmp_pat
     line = next(x for x in table.splitlines() if "| kept |" in x)
     assert line.endswith("| **NO** |")  # the merged values are checked against the band
     assert table.splitlines()[4].split(" | ")[3:5] == ["s0", "s0-bf16"]  # bf16 settings last
+
+
+def test_machine_independent_claims_drop_committed_values_and_ok_reads_the_shown_digits(tmp_path):
+    bands = load_script()
+    exact = "stored study X, 3 seeds: identical on every machine"
+    old = tmp_path / "old.jsonl"
+    old.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "chapter": "03_bert",
+                    "claim": c,
+                    "setting": "s0",
+                    "value": v,
+                    "low": lo,
+                    "high": None,
+                    "evidence": exact,
+                }
+            )
+            + "\n"
+            for c, v, lo in (("study claim", 0.01, 0.0), ("count", 1181184.0, 1181184.0))
+        )
+    )
+    committed = bands.summarise(old, "")
+    new = tmp_path / "new.jsonl"
+    new.write_text(
+        json.dumps(
+            {
+                "chapter": "03_bert",
+                "claim": "study claim",
+                "setting": "s0-bf16",
+                "value": 0.07,
+                "low": 0.05,
+                "high": None,
+                "evidence": exact,
+            }
+        )
+        + "\n"
+    )
+    rows = bands.read_table(bands.summarise(new, committed))
+    assert rows[("03_bert", "study claim")]["values"] == {
+        "s0-bf16": 0.07
+    }  # the stale 0.01 is not carried over
+    # an exact count read back from the table (four digits) still passes its exact band
+    assert bands.summarise(old, "").splitlines()[-1].endswith("| yes |")
+    assert bands.summarise([], committed).splitlines()[-1].endswith("| yes |")
