@@ -327,17 +327,21 @@ class XLNetRelativeAttention(RelativeAttention):
         first half of the batch, the negated ones for the second); ``seg_diff``: boolean
         ``[batch, q_len, k_len]``, True where the segments differ.
         """
+        scale = 1 / self.d_head**0.5  # applied to the queries, the smaller tensor
         if k_r.dim() == 4:  # bi_data
             half = q.size(0) // 2
             bias = torch.cat(
-                [self.relative_scores(q[:half], k_r[0], k_len), self.relative_scores(q[half:], k_r[1], k_len)]
+                [
+                    self.relative_scores(q[:half], k_r[0], k_len, scale=scale),
+                    self.relative_scores(q[half:], k_r[1], k_len, scale=scale),
+                ]
             )
         else:
-            bias = self.relative_scores(q, k_r, k_len)
+            bias = self.relative_scores(q, k_r, k_len, scale=scale)
         if seg_diff is not None:
-            seg = torch.einsum("bnid,snd->bnis", q + self.r_s_bias[:, None], self.seg_embed)
-            bias = bias + torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1])
-        return bias / self.d_head**0.5
+            seg = torch.einsum("bnid,snd->bnis", (q + self.r_s_bias[:, None]) * scale, self.seg_embed)
+            bias = torch.where(seg_diff[:, None], seg[..., 1:], seg[..., :1]).add_(bias)
+        return bias
 
     def attend_stream(
         self,

@@ -180,7 +180,8 @@ def attention_fast(
 
     With no mask and ``causal=True`` SDPA can use the flash kernel on a GPU; with a mask it
     uses the memory-efficient kernel. With a ``bias`` SDPA receives one float ``attn_mask``:
-    the bias where the boolean mask allows, ``-inf`` where it does not.
+    the bias where the boolean mask allows, ``-inf`` where it does not. Training on the CPU
+    (``dropout_p > 0``), where SDPA has no fused kernel, takes :func:`_attention_cpu_dropout`.
     """
     if (mask is not None or bias is not None or q.size(-2) != k.size(-2)) and causal:
         mask = combine_masks(mask, causal_mask(q.size(-2), key_length=k.size(-2), device=q.device))
@@ -194,6 +195,11 @@ def attention_fast(
             # everywhere: let those rows attend freely, then zero their output.
             empty_rows = ~has_key
             mask = mask | empty_rows
+    if dropout_p > 0.0 and q.device.type == "cpu":
+        if causal:
+            mask = causal_mask(q.size(-2), key_length=k.size(-2), device=q.device)
+        out = _attention_cpu_dropout(q, k, v, mask, bias=bias, dropout_p=dropout_p, scale=scale)
+        return out if empty_rows is None else out.masked_fill(empty_rows, 0.0)
     attn_mask = mask
     if bias is not None:
         attn_mask = bias.to(q.dtype)
@@ -205,6 +211,38 @@ def attention_fast(
     if empty_rows is not None:
         out = out.masked_fill(empty_rows, 0.0)
     return out
+
+
+def _attention_cpu_dropout(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    *,
+    bias: Tensor | None,
+    dropout_p: float,
+    scale: float | None,
+) -> Tensor:
+    """SDPA's path for dropout on the CPU, written out once (``mask`` has no fully masked row).
+
+    PyTorch's fused CPU kernels take no dropout, so there SDPA falls back to its math path,
+    which scales ``q`` and ``k`` separately, turns the mask into a float tensor and checks every
+    row for ``-inf`` after the softmax. This computes the same with in-place steps:
+    ``q k^T * scale + bias``, ``-inf`` where masked, softmax, dropout, times ``v``. The dropout
+    is :func:`torch.dropout`, the call SDPA's fallback makes, so both draw the same random
+    numbers (tested: equal outputs under one seed).
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    scores.mul_(1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
+    if bias is not None:
+        scores.add_(bias.to(scores.dtype))
+    if mask is not None and (torch.compiler.is_compiling() or not bool(mask.all())):
+        # outside autograd: a masked score's gradient is zero anyway (its softmax weight is 0),
+        # and no saved tensor is this one, so the backward needs no masking pass of its own
+        with torch.no_grad():
+            scores.masked_fill_(~mask, float("-inf"))
+    weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout_p)
+    return torch.matmul(weights, v)
 
 
 def attention(

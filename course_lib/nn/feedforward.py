@@ -15,7 +15,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ACTIVATIONS", "FeedForward", "get_activation"]
+__all__ = ["ACTIVATIONS", "FeedForward", "get_activation", "drop_in_place"]
+
+
+def drop_in_place(dropout: nn.Dropout, x: Tensor) -> Tensor:
+    """``dropout(x)``, overwriting ``x``: for a fresh tensor that nothing else reads and whose
+    producer's backward does not need it (a linear layer's or a LayerNorm's output, a GELU's).
+
+    The same random numbers and the same arithmetic as ``dropout(x)`` (``x * mask / (1 - p)``),
+    without allocating the output: on a CPU writing fresh memory costs as much as the
+    multiplication itself. Autograd refuses it (an error, not a wrong gradient) where a
+    backward does need ``x``.
+    """
+    return F.dropout(x, dropout.p, dropout.training, inplace=True)
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:
@@ -40,6 +52,9 @@ ACTIVATIONS = {
 }
 
 
+_READ_INPUT = (F.gelu, _gelu_tanh, F.silu)
+
+
 def get_activation(name: str):
     """The activation function called ``name`` (a key of ``ACTIVATIONS``)."""
     try:
@@ -59,4 +74,7 @@ class FeedForward(nn.Module):
         self.activation = get_activation(activation)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        h = self.activation(self.linear1(x))
+        # the GELUs' and SiLU's backward read their input, so their output may be dropped in place
+        h = drop_in_place(self.dropout, h) if self.activation in _READ_INPUT else self.dropout(h)
+        return self.linear2(h)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .feedforward import FeedForward
+from .feedforward import FeedForward, drop_in_place
 
 __all__ = ["PostLNLayer"]
 
@@ -42,6 +42,8 @@ class PostLNLayer(nn.Module):
 
     def sublayers(self, x: Tensor, attended: Tensor) -> Tensor:
         """The residual connections, LayerNorms and the feed-forward network around the
-        attention's output ``attended`` for the input ``x``."""
-        x = self.attention_norm(x + self.dropout(attended))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+        attention's output ``attended`` for the input ``x``. ``attended`` is dropped in place
+        (:func:`~course_lib.nn.feedforward.drop_in_place`): pass a fresh tensor, as the
+        attention's output projection returns."""
+        x = self.attention_norm(x + drop_in_place(self.dropout, attended))
+        return self.ffn_norm(x + drop_in_place(self.dropout, self.ffn(x)))

@@ -28,11 +28,13 @@ position term is :math:`(q_i + v)^\top W_r\, r_{\delta_{ij}}`.
 directly would need a ``[T, K, d]`` tensor of encodings. Instead every query is scored once
 against every listed distance, :math:`B^{raw}_{ip} = (q_i + v)^\top W_r r_{K - p}` (``[T, K +
 T]``), and the entry for key :math:`j` is the one at :math:`p = K - \delta_{ij} = j + T - i`:
-row :math:`i` shifted left by :math:`T - i`. :func:`rel_shift` does this for all rows at once
-by reshaping: read the ``[T, K + T]`` matrix (row-major) as ``[K + T, T]``, drop its first row
+row :math:`i` shifted left by :math:`T - i`. The classic way to do this for all rows at once
+is by reshaping: read the ``[T, K + T]`` matrix (row-major) as ``[K + T, T]``, drop its first row
 (:math:`T` numbers), read the rest as ``[T, K + T - 1]`` and keep the first :math:`K` columns.
 Element :math:`(i, j)` of the result is element :math:`T + i(K + T - 1) + j = i(K + T) + (j + T
-- i)` of the original, i.e. :math:`B^{raw}_{i,\, j + T - i}`.
+- i)` of the original, i.e. :math:`B^{raw}_{i,\, j + T - i}`. :func:`rel_shift` reads exactly
+those elements through one strided view (start :math:`T`, row stride :math:`K + T - 1`), which
+copies nothing (the reshapes copy twice, and their backward twice more).
 
 **Memory** (segment-level recurrence). After a segment, every layer :math:`m` keeps the states
 it received as input (the previous layer's output), appended to its old memory, as the next
@@ -92,8 +94,8 @@ def relative_sinusoids(distances: Tensor, d_model: int) -> Tensor:
 
 def rel_shift(scores: Tensor, k_len: int) -> Tensor:
     """``[..., q_len, k_len + q_len]`` scores by distance index -> ``[..., q_len, k_len]`` by key:
-    ``out[..., i, j] = scores[..., i, j + q_len - i]``, for all rows at once by reshaping
-    (see the module docstring).
+    ``out[..., i, j] = scores[..., i, j + q_len - i]``, for all rows at once as one strided view
+    of ``scores`` (see the module docstring).
 
     The columns of ``scores`` are the distances of :func:`relative_distances` (``k_len`` down to
     ``-q_len + 1``); ``scores`` may have more columns (they are never read), not fewer.
@@ -104,8 +106,15 @@ def rel_shift(scores: Tensor, k_len: int) -> Tensor:
             f"rel_shift needs scores [..., q_len, k_len + q_len] (one column per distance of "
             f"relative_distances), got {q_len} queries x {width} columns for k_len={k_len}"
         )
-    x = scores.reshape(*lead, width, q_len)[..., 1:, :]
-    return x.reshape(*lead, q_len, width - 1)[..., :k_len]
+    # the same element, read in place: scores[..., i, j + q_len - i] sits at flat offset
+    # q_len + i * (width - 1) + j of a contiguous [q_len, width] block (no copy forward, one
+    # backward); the leading dimensions may have any strides
+    if scores.stride(-1) != 1 or scores.stride(-2) != width:
+        scores = scores.contiguous()
+    strides = scores.stride()
+    return scores.as_strided(
+        (*lead, q_len, k_len), (*strides[:-2], width - 1, 1), scores.storage_offset() + q_len
+    )
 
 
 def update_memory(
@@ -209,13 +218,19 @@ class RelativeAttention(MultiHeadAttention):
         """``[heads, P, d_head]``: the encodings ``pos_emb`` ``[P, d_model]`` through ``w_r``, per head."""
         return self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)
 
-    def relative_scores(self, q: Tensor, k_r: Tensor, k_len: int) -> Tensor:
-        r"""The unscaled position term :math:`(q_i + v)^\top W_R r_{\delta_{ij}}`, ``[batch, heads,
-        q_len, k_len]``: every query ``q`` ``[batch, heads, q_len, d_head]`` against every listed
-        distance (``k_r`` from :meth:`relative_keys`), then :func:`rel_shift` puts distance
-        :math:`M + i - j` under key :math:`j`."""
-        raw = torch.einsum("bnid,npd->bnip", q + self.r_r_bias[:, None], k_r)
-        return rel_shift(raw, k_len)
+    def relative_scores(self, q: Tensor, k_r: Tensor, k_len: int, *, scale: float = 1.0) -> Tensor:
+        r"""The position term :math:`(q_i + v)^\top W_R r_{\delta_{ij}}` times ``scale``, ``[batch,
+        heads, q_len, k_len]``: every query ``q`` ``[batch, heads, q_len, d_head]`` against every
+        listed distance (``k_r`` from :meth:`relative_keys`), then :func:`rel_shift` puts distance
+        :math:`M + i - j` under key :math:`j`. The scale multiplies ``q + v`` (``d_head`` numbers
+        a query), not the scores (``k_len + q_len``)."""
+        qv = q + self.r_r_bias[:, None]
+        if scale != 1.0:
+            qv = qv.mul_(scale)
+        b, n, q_len, d = qv.shape
+        # one product per head over every query of the batch: [n, b * q_len, d] x [n, d, P]
+        raw = torch.bmm(qv.transpose(0, 1).reshape(n, b * q_len, d), k_r.transpose(-1, -2))
+        return rel_shift(raw.view(n, b, q_len, -1).transpose(0, 1), k_len)  # [b, n, q_len, P]
 
     def attend(
         self,

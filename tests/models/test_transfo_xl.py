@@ -174,6 +174,27 @@ def test_rel_shift_equals_indexing_and_puts_each_distance_under_its_key(q_len, k
         assert not torch.equal(mirrored_shift(scores, k_len), shift_by_indexing(scores, k_len))
 
 
+def test_rel_shift_reads_in_place_with_the_indexing_gradient():
+    """One strided view of the scores (no copy), also of wider or non-contiguous scores, and
+    the gradient of indexing."""
+    scores = torch.randn(2, 3, 4, 6 + 4 + 2, requires_grad=True)  # two columns more than needed
+    out = rel_shift(scores, 6)
+    assert out.untyped_storage().data_ptr() == scores.untyped_storage().data_ptr()
+    assert torch.equal(out, shift_by_indexing(scores.detach(), 6))
+    grad = torch.randn_like(out)
+    (out * grad).sum().backward()
+    ref = scores.detach().clone().requires_grad_()
+    (shift_by_indexing(ref, 6) * grad).sum().backward()
+    assert torch.equal(scores.grad, ref.grad)
+    blocks = torch.randn(3, 2, 5, 7).transpose(0, 1)  # [2, 3, 5, 7]: contiguous blocks, permuted
+    assert torch.equal(rel_shift(blocks, 2), shift_by_indexing(blocks, 2))
+    assert rel_shift(blocks, 2).untyped_storage().data_ptr() == blocks.untyped_storage().data_ptr()
+    columns = torch.randn(2, 5, 9)[..., :7]  # rows with a gap: copied first
+    assert torch.equal(rel_shift(columns, 2), shift_by_indexing(columns, 2))
+    transposed = torch.randn(2, 7, 5).transpose(-1, -2)  # [2, 5, 7], columns contiguous
+    assert torch.equal(rel_shift(transposed, 2), shift_by_indexing(transposed, 2))
+
+
 def test_rel_shift_refuses_too_few_columns():
     with pytest.raises(ValueError, match="k_len \\+ q_len"):
         rel_shift(torch.zeros(3, 6), k_len=4)

@@ -216,3 +216,45 @@ def test_ablate_heads_zeroes_exactly_those_heads():
     assert torch.equal(after, full)  # the hook is gone
     with pytest.raises(ValueError, match="out of range"):
         ablate_heads(mha, [4])
+
+
+@pytest.mark.parametrize("case", ["none", "padding", "bias", "padding_and_bias", "causal"])
+def test_cpu_dropout_path_equals_sdpa_with_the_same_random_numbers(case):
+    """Training on the CPU takes the written-out path (SDPA's fallback has no fused kernel
+    there): same output and gradients as SDPA under one seed, so the same dropout draws."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 16, requires_grad=True) for _ in range(3))
+    mask = padding_mask(torch.tensor([[1] * 7, [1] * 4 + [0] * 3])) if "padding" in case else None
+    bias = torch.randn(2, 3, 7, 7) if "bias" in case else None
+    causal = case == "causal"
+    attn_mask = mask
+    if bias is not None:
+        attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+
+    def run(fn):
+        torch.manual_seed(7)
+        out = fn()
+        grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+        return out.detach(), grads
+
+    ours, g_ours = run(lambda: attention_fast(q, k, v, mask, bias=bias, causal=causal, dropout_p=0.3))
+    ref, g_ref = run(
+        lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=0.3, is_causal=causal)
+    )
+    assert (ours - ref).abs().max() < TOL
+    for a, b in zip(g_ours, g_ref):
+        assert (a - b).abs().max() < 1e-4
+    torch.manual_seed(8)  # positive control: another seed drops other weights
+    other = attention_fast(q, k, v, mask, bias=bias, causal=causal, dropout_p=0.3).detach()
+    assert (other - ours).abs().max() > 1e-2
+
+
+def test_cpu_dropout_path_keeps_fully_masked_rows_zero():
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    mask[..., 2, :] = False  # query 2 may see no key
+    out = attention_fast(q, k, v, mask, dropout_p=0.2)
+    assert torch.all(out[..., 2, :] == 0) and torch.isfinite(out).all()
+    assert out[..., 0, :].abs().sum() > 0
