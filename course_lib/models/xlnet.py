@@ -378,8 +378,9 @@ class XLNetRelativeAttention(RelativeAttention):
         Weights: the content stream's, or the pair (content, query) when ``g`` is given.
         """
         keys = h if mem is None else torch.cat([mem, h], dim=1)
-        k = self.split_heads(self.w_k(keys))
-        v = self.split_heads(self.w_v(keys))
+        # laid out per head once, for both streams (each product would otherwise copy them)
+        k = self.split_heads(self.w_k(keys)).contiguous()
+        v = self.split_heads(self.w_v(keys)).contiguous()
         if pos_emb.dim() == 2:
             k_r = self.relative_keys(pos_emb)  # [heads, P, d_head]
         else:  # bi_data: [2 (forward, backward), heads, P, d_head]

@@ -216,7 +216,7 @@ class RelativeAttention(MultiHeadAttention):
 
     def relative_keys(self, pos_emb: Tensor) -> Tensor:
         """``[heads, P, d_head]``: the encodings ``pos_emb`` ``[P, d_model]`` through ``w_r``, per head."""
-        return self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1)
+        return self.w_r(pos_emb).view(-1, self.n_heads, self.d_head).transpose(0, 1).contiguous()
 
     def relative_scores(self, q: Tensor, k_r: Tensor, k_len: int, *, scale: float = 1.0) -> Tensor:
         r"""The position term :math:`(q_i + v)^\top W_R r_{\delta_{ij}}` times ``scale``, ``[batch,
