@@ -167,7 +167,7 @@ import torch
 from torch import Tensor, nn
 
 from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
-from ..nn.feedforward import FeedForward, get_activation
+from ..nn.feedforward import FeedForward, draw_dropout, get_activation
 from ..nn.init import init_weights
 from ..nn.layer import PostLNLayer
 from ..nn.relative import (
@@ -368,7 +368,8 @@ class XLNetRelativeAttention(RelativeAttention):
         mask_g: Tensor | None = None,
         target_mapping: Tensor | None = None,
         return_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None, Any]:
+        content: bool = True,
+    ) -> tuple[Tensor | None, Tensor | None, Any]:
         """Both streams over the keys ``[mem; h]``: ``(h out, g out or None, weights or None)``.
 
         ``h``: ``[batch, q_len, d_model]``; ``g``: ``[batch, num_predict, d_model]`` placed by
@@ -376,7 +377,13 @@ class XLNetRelativeAttention(RelativeAttention):
         one); ``mem``: ``[batch, mem_len, d_model]``; ``pos_emb``: ``[k_len + q_len, d_model]``;
         masks boolean (True = may attend), broadcasting to ``[batch, heads, q_len, k_len]``.
         Weights: the content stream's, or the pair (content, query) when ``g`` is given.
+        ``content=False`` (with ``g``, without weights): the content stream's output is not
+        computed (``None``); its keys and values, which the query stream reads, are, and so is
+        its attention dropout's draw of random numbers (on the CPU, where that draw can be made
+        alone).
         """
+        if not content and (g is None or return_weights):
+            raise ValueError("content=False needs the query stream g and no attention weights")
         keys = h if mem is None else torch.cat([mem, h], dim=1)
         # laid out per head once, for both streams (each product would otherwise copy them)
         k = self.split_heads(self.w_k(keys)).contiguous()
@@ -385,10 +392,15 @@ class XLNetRelativeAttention(RelativeAttention):
             k_r = self.relative_keys(pos_emb)  # [heads, P, d_head]
         else:  # bi_data: [2 (forward, backward), heads, P, d_head]
             k_r = torch.stack([self.relative_keys(p) for p in pos_emb])
-        out_h, w_h = self.attend_stream(
-            self.split_heads(self.w_q(h)), k, v, k_r, seg_diff, mask_h, return_weights
-        )
-        out_h = self.w_o(self.merge_heads(out_h))
+        if content:
+            out_h, w_h = self.attend_stream(
+                self.split_heads(self.w_q(h)), k, v, k_r, seg_diff, mask_h, return_weights
+            )
+            out_h = self.w_o(self.merge_heads(out_h))
+        else:  # the random numbers the content stream's attention dropout would take
+            out_h = w_h = None
+            shape = (h.size(0), self.n_heads, h.size(1), k.size(-2))
+            draw_dropout(self.dropout if h.device.type == "cpu" else 0.0, self.training, shape, h.device)
         if g is None:
             return out_h, None, w_h
         q_g = self.split_heads(self.w_q(g))  # [batch, heads, num_predict, d_head]
@@ -416,10 +428,16 @@ class XLNetLayer(PostLNLayer):
         )
 
     def forward(
-        self, h: Tensor, g: Tensor | None = None, **attention_args: Any
-    ) -> tuple[Tensor, Tensor | None, Any]:
-        a_h, a_g, weights = self.attention(h, g, **attention_args)
-        h = self.sublayers(h, a_h)
+        self, h: Tensor, g: Tensor | None = None, *, content: bool = True, **attention_args: Any
+    ) -> tuple[Tensor | None, Tensor | None, Any]:
+        """``(h, g, weights)`` after the layer; ``content=False``: ``h`` is not computed (None),
+        its dropouts' random numbers are drawn (see :meth:`XLNetRelativeAttention.forward`)."""
+        a_h, a_g, weights = self.attention(h, g, content=content, **attention_args)
+        if content:
+            h = self.sublayers(h, a_h)
+        else:
+            self.draw_sublayer_dropouts(h)
+            h = None
         g = self.sublayers(g, a_g) if g is not None else None
         return h, g, weights
 
@@ -615,6 +633,16 @@ class XLNetModel(CountsParameters, nn.Module):
         new_mems: list[Tensor] = []
         hidden: list[Tensor] = []
         weights: list[Any] = []
+        # With two streams the output is the query stream's: nothing reads the last layer's
+        # content stream unless hidden states or weights are asked for, so it is not computed
+        # (its keys and values are, and its dropouts draw their random numbers, so every mask
+        # is the one the full computation draws). On a GPU in training SDPA's fused dropout
+        # draws its own random numbers, which cannot be drawn alone: there it runs.
+        skip_last = (
+            g is not None
+            and not (output_hidden_states or output_attentions)
+            and (not self.training or c.dropout == 0 or h.device.type == "cpu")
+        )
         for i, layer in enumerate(self.layers):
             mem = None if mems is None else mems[i]
             if use_mems:
@@ -631,6 +659,7 @@ class XLNetModel(CountsParameters, nn.Module):
                 mask_g=mask_g,
                 target_mapping=target_mapping,
                 return_weights=output_attentions,
+                content=not (skip_last and i == len(self.layers) - 1),
             )
             if output_attentions:
                 weights.append(w)

@@ -11,11 +11,26 @@ names Hugging Face configs use to the functions.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ACTIVATIONS", "FeedForward", "get_activation", "drop_in_place"]
+__all__ = ["ACTIVATIONS", "FeedForward", "get_activation", "drop_in_place", "draw_dropout"]
+
+
+def draw_dropout(p: float, training: bool, shape: tuple[int, ...], device: torch.device) -> None:
+    """Draw the random numbers a dropout of rate ``p`` draws on a tensor of ``shape``, and
+    nothing else.
+
+    Code that skips a computation nobody reads calls it where the skipped dropout would have
+    run, so every later dropout mask is the one the full computation draws. How many random
+    numbers a dropout takes does not depend on the tensor's dtype (tested), so a boolean
+    tensor stands in for any.
+    """
+    if training and 0.0 < p < 1.0 and math.prod(shape) > 0:
+        torch.empty(shape, dtype=torch.bool, device=device).bernoulli_(1 - p)
 
 
 def drop_in_place(dropout: nn.Dropout, x: Tensor) -> Tensor:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .feedforward import FeedForward, drop_in_place
+from .feedforward import FeedForward, draw_dropout, drop_in_place
 
 __all__ = ["PostLNLayer"]
 
@@ -47,3 +47,11 @@ class PostLNLayer(nn.Module):
         attention's output projection returns."""
         x = self.attention_norm(x + drop_in_place(self.dropout, attended))
         return self.ffn_norm(x + drop_in_place(self.dropout, self.ffn(x)))
+
+    def draw_sublayer_dropouts(self, x: Tensor) -> None:
+        """Draw the random numbers :meth:`sublayers` draws for an input like ``x`` (the attention
+        output's dropout, the feed-forward network's inner one, its output's), computing nothing:
+        for a caller that does not read the result (:func:`~course_lib.nn.feedforward.draw_dropout`)."""
+        shape, inner = tuple(x.shape), (*x.shape[:-1], self.ffn.linear1.out_features)
+        for p, size in ((self.dropout.p, shape), (self.ffn.dropout.p, inner), (self.dropout.p, shape)):
+            draw_dropout(p, self.training, size, x.device)

@@ -353,14 +353,14 @@ def training_flops(
       and the two products with ``target_mapping`` (a constant input, :math:`bPsh` each):
       :math:`Q = 6bP(2h^2 + 2hf) + 24\,b\,s^2h + 8\,bPsh`. Each layer also projects the
       :math:`2s` sinusoids by :math:`W_r`, once per batch (a constant input): :math:`R = 8sh^2`.
-      The loss reads the query stream only, so the last layer's content stream gets a
-      backward pass only through K and V (which the query stream reads); its Q, O,
-      feed-forward network and attention run forward only. With the tied LM head at the
-      targets:
+      The loss reads the query stream only, so of the last layer's content stream course_lib
+      computes only K and V (which the query stream reads; forward and backward): its Q, O,
+      feed-forward network and attention are skipped (Hugging Face runs them forward, work
+      not counted here). With the tied LM head at the targets:
 
       .. math::
 
-         L(Q + R) + (L - 1)\,C + \big[12Nh^2 + 2N(2h^2 + 2hf) + 8\,b\,s^2h\big] + 6\,bPhV
+         L(Q + R) + (L - 1)\,C + 12Nh^2 + 6\,bPhV
 
     Measured by :func:`count_flops` the formula is exact where attention runs through
     ``bmm``; FlopCounterMode counts a flash-attention backward as five products (it recomputes
@@ -391,7 +391,7 @@ def training_flops(
         content = 6 * n * (4 * h * h + 2 * h * f) + 24 * b * s * s * h
         query = 6 * b * p * (2 * h * h + 2 * h * f) + 24 * b * s * s * h + 8 * b * p * s * h
         positions = 8 * s * h * h
-        last_content = 12 * n * h * h + 2 * n * (2 * h * h + 2 * h * f) + 8 * b * s * s * h
+        last_content = 12 * n * h * h  # K and V only: nothing reads the rest (XLNetModel skips it)
         return layers * (query + positions) + (layers - 1) * content + last_content + 6 * b * p * h * v
     raise TypeError(f"no FLOP formula for a {type(config).__name__}")
 

@@ -2,6 +2,7 @@
 perm_mask with target_mapping, memory across segments, the token classifier), what each
 stream may see, the relative shift, configuration and the interop contract."""
 
+import copy
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -520,3 +521,64 @@ def test_token_classifier_config_and_interop_contract():
     x = ids(2, 5, seed=23)
     tagger.train()
     assert tagger(x).mems is None and tagger.eval()(x).mems is not None  # XLNet's use_mems_* defaults
+
+
+def test_last_content_stream_is_skipped_with_the_same_numbers_and_random_draws():
+    """With target_mapping nothing reads the last layer's content stream: it is not computed
+    (its Q projection runs once, for the query stream), yet the loss, every gradient and the
+    random state after a training step on the CPU equal those of the full computation (hidden
+    states asked for); eval outputs are equal too. Misuse of content=False is refused."""
+    from course_lib.tools.bench_models import BenchShape, build_pair, make_batch
+
+    shape = BenchShape(batch=4, seq=16, layers=3, hidden=32, heads=4, vocab=100)
+    model, _ = build_pair("xlnet", shape)
+    batch = make_batch("xlnet", shape)
+    calls = []
+    model.transformer.layers[-1].attention.w_q.register_forward_hook(lambda *a: calls.append(1))
+
+    def step(hidden):
+        m = copy.deepcopy(model).train()
+        torch.manual_seed(3)
+        out = m(**batch, output_hidden_states=hidden)
+        out.loss.backward()
+        grads = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+        return out.loss.detach(), grads, torch.get_rng_state()
+
+    calls.clear()
+    skipped = step(False)
+    assert len(calls) == 1  # the copies carry the hook: the query stream's projection only
+    full = step(True)
+    assert len(calls) == 3
+    assert torch.equal(skipped[0], full[0]) and torch.equal(skipped[2], full[2])
+    assert skipped[1].keys() == full[1].keys()
+    assert all(torch.equal(skipped[1][k], full[1][k]) for k in full[1])
+    model.eval()
+    calls.clear()
+    with torch.no_grad():
+        lean = model(**batch).logits
+        assert len(calls) == 1  # the query stream's only
+        whole = model(**batch, output_hidden_states=True).logits
+        assert len(calls) == 3
+    assert torch.equal(lean, whole)
+    layer = model.transformer.layers[0]
+    h = torch.randn(2, 5, 32)
+    with pytest.raises(ValueError, match="content=False needs the query stream"):
+        layer.attention(h, None, pos_emb=torch.randn(10, 32), content=False)
+
+
+def test_draw_dropout_takes_what_dropout_takes():
+    from course_lib.nn.feedforward import draw_dropout
+
+    for dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(0)
+        F.dropout(torch.ones(3, 7, dtype=dtype), p=0.2)
+        after_dropout = torch.rand(4)
+        torch.manual_seed(0)
+        draw_dropout(0.2, True, (3, 7), torch.device("cpu"))
+        assert torch.equal(torch.rand(4), after_dropout)
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    for p, training in ((0.0, True), (0.2, False), (1.0, True)):  # dropout draws nothing here
+        torch.manual_seed(0)
+        draw_dropout(p, training, (3, 7), torch.device("cpu"))
+        assert torch.equal(torch.rand(4), expected)
