@@ -336,7 +336,9 @@ class BertMLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(c.vocab_size))
 
     def forward(self, hidden: Tensor) -> Tensor:
-        return self.decoder(self.norm(self.activation(self.dense(hidden)))) + self.bias
+        x = self.norm(self.activation(self.dense(hidden)))
+        # the bias inside the product (one vocabulary-wide output, not a product and a sum)
+        return F.linear(x, self.decoder.weight, self.bias)
 
 
 # ---------------------------------------------------------------------------------------

@@ -446,7 +446,9 @@ def describe_run(result: Mapping[str, Any]) -> str:
         "",
         f"batch {s['batch']} x seq {s['seq']}, {s['layers']} layers, hidden {s['hidden']}, "
         f"{s['heads']} heads, "
-        f"intermediate {s['intermediate']}, vocab {s['vocab']}; median of {result['repeats']} steps per side "
+        f"intermediate {s['intermediate']}, vocab {s['vocab']}, "
+        f"dropout {'as configured' if s.get('dropout') is None else s['dropout']}; "
+        f"median of {result['repeats']} steps per side "
         f"after {result['warmup']} warm-up, interleaved with each other and with a matmul peak call "
         f"({result['dtype']}, n={result['matmul_peak_n']}; {result['matmul_peak_flops_per_s'] / 1e9:,.1f} "
         "GFLOP/s measured alone before).",
@@ -540,6 +542,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, default=d.heads, help=f"attention heads (default {d.heads})")
     p.add_argument("--intermediate", type=int, default=None, help="feed-forward width (default 4 x hidden)")
     p.add_argument("--vocab", type=int, default=d.vocab, help=f"vocabulary size (default {d.vocab})")
+    p.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="every dropout rate of both models (default: their configurations', 0.1 for BERT and "
+        "XLNet, 0 for ALBERT v2); 0 shows what the dropout's random numbers cost",
+    )
     p.add_argument("--repeats", type=int, default=10, help="timed steps per side (default 10)")
     p.add_argument(
         "--models", default=",".join(MODELS), help=f"comma-separated, from {','.join(MODELS)} (default all)"

@@ -85,6 +85,7 @@ class BenchShape:
     heads: int = 4
     intermediate: int | None = None  # None: 4 * hidden
     vocab: int = 8000
+    dropout: float | None = None  # every dropout rate of both models; None: the configurations' own
 
     @property
     def d_ff(self) -> int:
@@ -109,6 +110,8 @@ class BenchShape:
             raise ValueError(f"--hidden {self.hidden} must be even (XLNet's sinusoids)")
         if self.seq < 2:
             raise ValueError(f"--seq must be at least 2 (two segments), got {self.seq}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.vocab <= FIRST_ID:
             raise ValueError(f"the vocabulary must hold more than {FIRST_ID} ids, got {self.vocab}")
 
@@ -126,14 +129,18 @@ def _hf_config(name: str, shape: BenchShape) -> Any:
         max_position_embeddings=max(512, s.seq),
         attn_implementation="sdpa",
     )
+    if s.dropout is not None:  # otherwise BERT's 0.1, ALBERT v2's 0 (0.1 before its SOP head), XLNet's 0.1
+        encoder.update(hidden_dropout_prob=s.dropout, attention_probs_dropout_prob=s.dropout)
     if name == "bert":
         return transformers.BertConfig(**encoder)
     if name == "albert":
         # E < H: the factorisation is measured (128 at H = 256)
-        return transformers.AlbertConfig(embedding_size=max(8, s.hidden // 2), **encoder)
+        extra = {} if s.dropout is None else {"classifier_dropout_prob": s.dropout}
+        return transformers.AlbertConfig(embedding_size=max(8, s.hidden // 2), **encoder, **extra)
     if name == "xlnet":
+        extra = {} if s.dropout is None else {"dropout": s.dropout}
         return transformers.XLNetConfig(
-            vocab_size=s.vocab, d_model=s.hidden, n_layer=s.layers, n_head=s.heads, d_inner=s.d_ff
+            vocab_size=s.vocab, d_model=s.hidden, n_layer=s.layers, n_head=s.heads, d_inner=s.d_ff, **extra
         )
     raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 

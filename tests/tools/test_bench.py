@@ -227,3 +227,24 @@ def test_the_appendix_table_is_the_generated_report_of_a_run():
     result = json.loads((root / "benchmarks" / "bench_cpu.json").read_text())
     text = (root / "benchmarks" / "bench_cpu.md").read_text()
     assert text == bench.GENERATED_NOTE + bench.describe_run(result) + "\n"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_dropout_option_sets_every_rate_on_both_sides(name):
+    """--dropout 0 turns off every dropout of both models (what its random numbers cost is the
+    difference); the default keeps the configurations' own rates; a bad rate is refused."""
+    off = BenchShape(batch=2, seq=16, layers=1, hidden=32, heads=4, vocab=100, dropout=0.0)
+    ours, hf = bench_models.build_pair(name, off)
+    rates = [m.p for m in ours.modules() if isinstance(m, torch.nn.Dropout)]
+    rates += [m.dropout for m in ours.modules() if isinstance(getattr(m, "dropout", None), float)]
+    rates += [m.p for m in hf.modules() if isinstance(m, torch.nn.Dropout)]
+    assert rates and all(r == 0.0 for r in rates)
+    batch = make_batch(name, off)
+    torch.manual_seed(0)  # training mode, no dropout: two calls agree exactly
+    first = ours(**batch).loss
+    assert torch.equal(first, ours(**batch).loss)
+    default, _ = bench_models.build_pair(name, TINY)
+    if name != "albert":  # ALBERT v2 has no hidden or attention dropout by default
+        assert any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in default.modules())
+    with pytest.raises(ValueError, match="--dropout must be in"):
+        BenchShape(dropout=1.5).validate()
