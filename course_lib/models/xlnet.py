@@ -377,15 +377,12 @@ class XLNetRelativeAttention(RelativeAttention):
         one); ``mem``: ``[batch, mem_len, d_model]``; ``pos_emb``: ``[k_len + q_len, d_model]``;
         masks boolean (True = may attend), broadcasting to ``[batch, heads, q_len, k_len]``.
         Weights: the content stream's, or the pair (content, query) when ``g`` is given.
-        ``content=False`` (with ``g``, without weights): the content stream's output is not
-        computed (``None``); its keys and values, which the query stream reads, are, and so is
-        its attention dropout's draw of random numbers (on the CPU, where that draw can be made
-        alone).
+        ``content=False``: h out is None, not computed (its keys and values and its dropout's
+        random draw are: see :meth:`XLNetModel.forward`).
         """
         if not content and (g is None or return_weights):
             raise ValueError("content=False needs the query stream g and no attention weights")
-        keys = h if mem is None else torch.cat([mem, h], dim=1)
-        # laid out per head once, for both streams (each product would otherwise copy them)
+        keys = h if mem is None else torch.cat([mem, h], dim=1)  # k, v per head once, for both streams
         k = self.split_heads(self.w_k(keys)).contiguous()
         v = self.split_heads(self.w_v(keys)).contiguous()
         if pos_emb.dim() == 2:
@@ -399,8 +396,8 @@ class XLNetRelativeAttention(RelativeAttention):
             out_h = self.w_o(self.merge_heads(out_h))
         else:  # the random numbers the content stream's attention dropout would take
             out_h = w_h = None
-            shape = (h.size(0), self.n_heads, h.size(1), k.size(-2))
-            draw_dropout(self.dropout if h.device.type == "cpu" else 0.0, self.training, shape, h.device)
+            p, shape = (self.dropout if h.device.type == "cpu" else 0.0), (*h.shape[:2], k.size(-2))
+            draw_dropout(p, self.training, (shape[0], self.n_heads, *shape[1:]), h.device)
         if g is None:
             return out_h, None, w_h
         q_g = self.split_heads(self.w_q(g))  # [batch, heads, num_predict, d_head]
@@ -430,14 +427,9 @@ class XLNetLayer(PostLNLayer):
     def forward(
         self, h: Tensor, g: Tensor | None = None, *, content: bool = True, **attention_args: Any
     ) -> tuple[Tensor | None, Tensor | None, Any]:
-        """``(h, g, weights)`` after the layer; ``content=False``: ``h`` is not computed (None),
-        its dropouts' random numbers are drawn (see :meth:`XLNetRelativeAttention.forward`)."""
+        """``(h, g, weights)``; ``content=False``: ``h`` None, its dropouts' draws made."""
         a_h, a_g, weights = self.attention(h, g, content=content, **attention_args)
-        if content:
-            h = self.sublayers(h, a_h)
-        else:
-            self.draw_sublayer_dropouts(h)
-            h = None
+        h = self.sublayers(h, a_h) if content else self.draw_sublayer_dropouts(h)
         g = self.sublayers(g, a_g) if g is not None else None
         return h, g, weights
 
@@ -633,16 +625,12 @@ class XLNetModel(CountsParameters, nn.Module):
         new_mems: list[Tensor] = []
         hidden: list[Tensor] = []
         weights: list[Any] = []
-        # With two streams the output is the query stream's: nothing reads the last layer's
-        # content stream unless hidden states or weights are asked for, so it is not computed
-        # (its keys and values are, and its dropouts draw their random numbers, so every mask
-        # is the one the full computation draws). On a GPU in training SDPA's fused dropout
-        # draws its own random numbers, which cannot be drawn alone: there it runs.
-        skip_last = (
-            g is not None
-            and not (output_hidden_states or output_attentions)
-            and (not self.training or c.dropout == 0 or h.device.type == "cpu")
-        )
+        # Nothing reads the last layer's content stream when the output is the query stream's
+        # (no hidden states or weights asked for): it is skipped, its keys, values and dropout
+        # draws kept, so every mask is the full computation's. A GPU's fused attention dropout
+        # cannot draw alone, so there, in training, it runs.
+        skip_last = g is not None and not (output_hidden_states or output_attentions)
+        skip_last = skip_last and (not self.training or c.dropout == 0 or h.device.type == "cpu")
         for i, layer in enumerate(self.layers):
             mem = None if mems is None else mems[i]
             if use_mems:

@@ -48,7 +48,7 @@ class PostLNLayer(nn.Module):
         x = self.attention_norm(x + drop_in_place(self.dropout, attended))
         return self.ffn_norm(x + drop_in_place(self.dropout, self.ffn(x)))
 
-    def draw_sublayer_dropouts(self, x: Tensor) -> None:
+    def draw_sublayer_dropouts(self, x: Tensor) -> None:  # returns None: the output not computed
         """Draw the random numbers :meth:`sublayers` draws for an input like ``x`` (the attention
         output's dropout, the feed-forward network's inner one, its output's), computing nothing:
         for a caller that does not read the result (:func:`~course_lib.nn.feedforward.draw_dropout`)."""

@@ -143,25 +143,34 @@ def _split(items: list, heldout: float) -> tuple[list, list]:
 
 
 def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Module, Any]:
-    """The pretrained model and tokenizer of ``model_dir``: a BERT-family masked LM for either
-    task, an XLNet model (``course train xlnet``) for ``tag`` only (the course has no XLNet
-    sentence classifier); ``ValueError`` with one line for anything else."""
-    from .common import load_pretrained, saved_architecture
+    """The pretrained model and tokenizer of ``model_dir`` when its family has a model for
+    ``task`` (:data:`~course_lib.recipes.finetune.FAMILIES`: a BERT-family masked LM for either
+    task, ALBERT for ``classify``, XLNet for ``tag``); ``ValueError`` with one line for anything
+    else, before any training."""
+    from .common import load_pretrained, registered_class, saved_architecture
+    from .finetune import FAMILIES
 
     architecture = saved_architecture(model_dir)
-    bert_family = architecture.startswith(("Bert", "Albert", "Roberta")) and architecture != "BertLMHeadModel"
-    xlnet = architecture.startswith("XLNet")
-    if xlnet and task == "classify":
-        raise ValueError(
-            f"{model_dir} holds a {architecture}: the course has no XLNet sentence classifier, so "
-            "--task classify starts from a model trained by `course train bert`, `roberta`, `albert` "
-            "(or a `distill` student); an XLNet model fine-tunes with --task tag"
-        )
-    if not (bert_family or xlnet):
+    kinds = {"classify": ("classifier", "sentence classifier"), "tag": ("tagger", "tagger")}
+    try:
+        config_class = registered_class(architecture).config_class
+    except (ValueError, AttributeError):
+        config_class = None
+    family = next((f for f in FAMILIES if config_class and issubclass(config_class, f.config_class)), None)
+    if family is None or architecture == "BertLMHeadModel":  # chapter 5's left-to-right model
         raise ValueError(
             f"{model_dir} holds a {architecture}: course finetune starts from a masked LM trained by "
             "`course train bert`, `roberta`, `albert` (or a `distill` student), or, for --task tag, "
             "from `course train xlnet`"
+        )
+    field, noun = kinds[task]
+    if getattr(family, field) is None:  # one rule for every family, read from FAMILIES
+        able = " or ".join(f.name for f in FAMILIES if getattr(f, field) is not None)
+        other = [t for t, (k, _) in kinds.items() if getattr(family, k) is not None]
+        raise ValueError(
+            f"{model_dir} holds a {architecture}: the course has no {family.name} {noun}, so "
+            f"--task {task} starts from a {able} model"
+            + (f"; a {family.name} model fine-tunes with --task {other[0]}" if other else "")
         )
     return load_pretrained(model_dir, device=device)
 

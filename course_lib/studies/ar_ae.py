@@ -118,6 +118,11 @@ QUICK: dict[str, Any] = dict(
 MASKED_ARMS = ("ae", "ae_long")
 
 
+def _special_list(sp: dict[str, int]) -> list[int]:
+    """The special ids a generator never emits and a judge never scores: pad, unk, cls, sep, mask."""
+    return [sp[name] for name in ("pad", "unk", "cls", "sep", "mask")]
+
+
 def chapter_text(s: dict[str, Any]) -> tuple[list, list, list[str]]:
     """``(training documents, held-out documents, held-out sentences with a city)`` of the
     settings ``s``: the chapter 3 documents plus documents of name sentences."""
@@ -216,7 +221,7 @@ def generate_continuations(
     or most confident first (``"<arm>_most_confident"``; Wang and Cho, 2019). Each generator draws
     from its own torch generator of ``seed`` (the same at every ``temperature``); the special
     tokens are never written. Returns prompt + continuation ids per generator."""
-    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    specials = _special_list(sp)
     n, k = prompts.shape
     generated = {
         "ar": sample_causal(
@@ -248,7 +253,7 @@ def model_judges(models: dict, ids: torch.Tensor, sp: dict[str, int]) -> dict[st
     """Texts ``ids`` (``[CLS]`` + prompt + continuation, no padding) judged by the left-to-right
     LM (log-likelihood per token) and by the longer-trained masked LM (PLL per token), over the
     tokens after ``[CLS]``. Each judge favours text like its own."""
-    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    specials = _special_list(sp)
     pll = pseudo_log_likelihood(models["ae_long"], ids, mask_token_id=sp["mask"], special_ids=specials)
     return {
         "ar_log_likelihood_per_token": float(next_token_log_probs(models["ar"], ids).mean()),
@@ -290,7 +295,7 @@ def pretrain_chapter_models(s: dict[str, Any], seed: int, arm_names: Sequence[st
 def run(seed: int, quick: bool = False) -> dict[str, Any]:
     s = QUICK if quick else SETTINGS
     models, arms, (_, held_docs, held_names), tokenizer, sp = pretrain_chapter_models(s, seed)
-    specials = [sp["pad"], sp["unk"], sp["cls"], sp["sep"], sp["mask"]]
+    specials = _special_list(sp)
     mask_id = sp["mask"]
     p = s["pretrain"]
     out: dict[str, Any] = dict(arms)

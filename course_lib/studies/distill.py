@@ -112,7 +112,7 @@ def chapter3_bert(s: dict[str, Any], device=None) -> tuple[Any, Any, list]:
     return bert, tokenizer, train_docs
 
 
-def _tagger(start, tokenizer, items, evals, num_labels: int, t: dict[str, Any], seed: int, device):
+def teacher_tagger(start, tokenizer, items, evals, num_labels: int, t: dict[str, Any], seed: int, device):
     """``(tagger, history)``: a tagger fine-tuned from ``start`` (a pretrained BERT, or a config
     for random weights) with the tagging settings ``t``: the teacher, and the weaker teacher."""
     return finetune_tagger(
@@ -138,7 +138,7 @@ def chapter_setup(s: dict[str, Any], seed: int, device=None) -> dict[str, Any]:
     t = s["tagging"]
     tagset, items, evals = pos_tagging_task(t["train"], t["test"])
     pool = [sent.tokens for doc in train_docs for sent in doc.sentences]
-    teacher, history = _tagger(bert, tokenizer, items, evals, len(tagset), t, seed, device)
+    teacher, history = teacher_tagger(bert, tokenizer, items, evals, len(tagset), t, seed, device)
     return dict(
         train_docs=train_docs,
         tokenizer=tokenizer,
@@ -255,7 +255,7 @@ def run(seed: int, quick: bool = False) -> dict[str, Any]:
     small = student_config(teacher.config, **s["student"])
     common = dict(eval_items=evals, seed=seed, progress=False, **s["distill"])
     # a weaker teacher: the same tagger trained from random weights, then the same KD
-    weak, wh = _tagger(
+    weak, wh = teacher_tagger(
         setup["bert"].config, tokenizer, items, evals, len(setup["tagset"]), s["tagging"], seed, device
     )
     d = distill_tagger(weak, small, tokenizer, items, setup["pool"][: s["transfer"]], method="kd", **common)

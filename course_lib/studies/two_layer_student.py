@@ -74,7 +74,7 @@ STUDY = register_study(
         extra_sources=(
             chapter_setup,
             _distill.chapter3_bert,
-            _distill._tagger,
+            _distill.teacher_tagger,
             student_arms,
             distilled_scores,
             teacher_scores,

@@ -20,7 +20,7 @@ WORDS = "the cat dog bird sat ran on a mat tree house river old red big small".s
 def pretrained(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft")
     out = {}
-    for objective in ("bert", "roberta", "xlnet"):
+    for objective in ("bert", "roberta", "xlnet", "albert"):
         assert main(["train", objective, *TRAIN, "--out", str(root / objective)]) == 0
         out[objective] = root / objective
     return root, out
@@ -120,6 +120,18 @@ def test_an_xlnet_folder_as_a_classifier_is_one_line(pretrained, tmp_path, capsy
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert "holds a XLNetLMHeadModel: the course has no XLNet sentence classifier" in err
     assert "--task tag" in err and not (tmp_path / "o").exists()
+
+
+def test_an_albert_folder_as_a_tagger_is_one_line_before_training(pretrained, tmp_path, capsys):
+    """The same rule (read from FAMILIES) refuses ALBERT for tagging, before any training step."""
+    _, models = pretrained
+    data = _tagging_file(tmp_path / "train.conll", n=20)
+    argv = ["finetune", str(models["albert"]), "--task", "tag", "--train", str(data)]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "holds a AlbertForPreTraining: the course has no ALBERT tagger" in err
+    assert "BERT or XLNet model" in err and "--task classify" in err and not (tmp_path / "o").exists()
 
 
 def test_sentence_pairs_are_read_as_pairs(tmp_path):
