@@ -56,7 +56,7 @@ from torch import Tensor, nn
 
 from ..nn.attention import MultiHeadAttention, padding_mask
 from ..nn.checks import check_id_ranges, check_same_shape, check_token_batch
-from ..nn.feedforward import FeedForward, drop_in_place, get_activation
+from ..nn.feedforward import FeedForward, get_activation
 from ..nn.init import init_weights
 from ..nn.layer import PostLNLayer
 from ..nn.positional import check_length
@@ -240,7 +240,7 @@ class BertEmbeddings(nn.Module):
             + self.token_type_embeddings(token_type_ids)
             + self.position_embeddings(position_ids)
         )
-        return drop_in_place(self.dropout, self.norm(x))  # LayerNorm's backward reads its input
+        return self.dropout(self.norm(x))
 
 
 class BertLayer(PostLNLayer):
