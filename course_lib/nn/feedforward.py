@@ -34,15 +34,16 @@ def draw_dropout(p: float, training: bool, shape: tuple[int, ...], device: torch
 
 
 def drop_in_place(dropout: nn.Dropout, x: Tensor) -> Tensor:
-    """``dropout(x)``, overwriting ``x``: for a fresh tensor that nothing else reads and whose
-    producer's backward does not need it (a linear layer's or a LayerNorm's output, a GELU's).
+    """``dropout(x)``, overwriting ``x`` on the CPU: for a fresh tensor that nothing else reads
+    and whose producer's backward does not need it (a linear layer's output, a GELU's).
 
-    The same random numbers and the same arithmetic as ``dropout(x)`` (``x * mask / (1 - p)``),
-    without allocating the output: on a CPU writing fresh memory costs as much as the
+    On the CPU the same random numbers and the same arithmetic as ``dropout(x)`` (``x * mask /
+    (1 - p)``), without allocating the output: there writing fresh memory costs as much as the
     multiplication itself. Autograd refuses it (an error, not a wrong gradient) where a
-    backward does need ``x``.
+    backward does need ``x``. Elsewhere it is ``dropout(x)``: a GPU's fused dropout kernel
+    (one pass) has no in-place form.
     """
-    return F.dropout(x, dropout.p, dropout.training, inplace=True)
+    return F.dropout(x, dropout.p, dropout.training, inplace=x.device.type == "cpu")
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:

@@ -36,3 +36,21 @@ def test_model_layers_keep_their_parameter_names():
         assert isinstance(layer, PostLNLayer)
         names = [n for n, _ in layer.named_children()]
         assert names == ["attention", "attention_norm", "ffn", "ffn_norm", "dropout"]
+
+
+def test_drop_in_place_overwrites_on_the_cpu_only():
+    """On the CPU the dropout writes into its input (same draws and values as dropout(x));
+    elsewhere (a GPU's fused kernel has no in-place form; the meta device stands in) it returns
+    a new tensor."""
+    from course_lib.nn.feedforward import drop_in_place
+
+    dropout = torch.nn.Dropout(0.3).train()
+    x = torch.randn(4, 8)
+    torch.manual_seed(1)
+    expected = dropout(x.clone())
+    torch.manual_seed(1)
+    out = drop_in_place(dropout, x)
+    assert out is x and torch.equal(out, expected)
+    meta = torch.empty(4, 8, device="meta")
+    assert drop_in_place(dropout, meta) is not meta
+    assert drop_in_place(dropout.eval(), x) is x
