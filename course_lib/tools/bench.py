@@ -36,7 +36,14 @@ What is measured, in one run on one device (``--device``, default
    matrix products (best of several) once before the models are built, and
    :func:`time_interleaved` times a call of such products between every pair of steps: each
    side's FLOP/s is printed as a fraction of the median of *those* interleaved peaks, which
-   ran under the same load as the steps.
+   ran under the same load as the steps. **The bound** beside it: :func:`record_gemms` records
+   every matrix product of one course_lib step (shapes, strides, dtype; forward and
+   backward) and :func:`time_gemms` replays them alone on fresh tensors. Their time is what
+   the step's products cost with nothing around them, and their FLOP/s over the same peak is
+   the most of the peak that the step could reach at these shapes, were everything else
+   (dropout, softmax, LayerNorm, the optimiser) free. (Products inside a fused attention
+   kernel, SDPA without dropout as in ALBERT v2, are no separate calls: they are not replayed,
+   and that column counts only the FLOPs it replays.)
    The same FLOP count is used for both sides: it is the work of the algorithm, not of either
    implementation (Hugging Face's XLNet, for one, projects the relative encodings once per
    sequence where one projection per batch suffices; that extra work is not counted).
@@ -101,6 +108,8 @@ __all__ = [
     "load_average",
     "matmul_peak",
     "time_interleaved",
+    "record_gemms",
+    "time_gemms",
     "run",
     "format_table",
     "describe_run",
@@ -239,6 +248,80 @@ def time_interleaved(
     return times
 
 
+_GEMM_OPS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+def _gemm_flops(name: str, shapes: Sequence[tuple[int, ...]]) -> int:
+    """2 m k n (times the batch for bmm) of one product; ``shapes`` are the inputs' shapes,
+    the added matrix first for ``addmm``/``baddbmm``."""
+    a, b = shapes[-2], shapes[-1]
+    return 2 * math.prod(a) * b[-1]
+
+
+def record_gemms(fn: Callable[[], Any]) -> dict[tuple[Any, ...], int]:
+    """Every matrix product that ``fn()`` runs (forward, backward): how many times each
+    ``(op, shapes, strides, dtype)`` occurs, recorded below autograd and autocast by a
+    :class:`~torch.utils._python_dispatch.TorchDispatchMode`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = {getattr(torch.ops.aten, name).default: name for name in _GEMM_OPS}
+    calls: dict[tuple[Any, ...], int] = {}
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = ops.get(func)
+            if name is not None:
+                tensors = [a for a in args if isinstance(a, Tensor)]
+                key = (
+                    name,
+                    tuple(tuple(t.shape) for t in tensors),
+                    tuple(t.stride() for t in tensors),
+                    tensors[0].dtype,
+                    tensors[0].device.type,
+                )
+                calls[key] = calls.get(key, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        fn()
+    return calls
+
+
+def time_gemms(
+    calls: Mapping[tuple[Any, ...], int], device: torch.device, *, repeats: int = 3
+) -> tuple[float, int]:
+    """Seconds and FLOPs of replaying ``calls`` (from :func:`record_gemms`) alone: every
+    product on fresh random tensors of the recorded shapes, strides and dtype, as many times
+    as it was recorded. The best of ``repeats`` replays: what the step's matrix products
+    cost with nothing around them, the bound on the step's fraction of the matmul peak."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    work = []
+    flops = 0
+    for (name, shapes, strides, dtype, _), count in calls.items():
+        tensors = []
+        for shape, stride in zip(shapes, strides):
+            extent = 1 + sum((d - 1) * st for d, st in zip(shape, stride) if d > 0)
+            base = torch.randn(extent, generator=g).to(device=device, dtype=dtype)
+            tensors.append(base.as_strided(shape, stride))
+        flops += count * _gemm_flops(name, shapes)
+        work.append((getattr(torch, name), tensors, count))
+
+    def replay() -> None:
+        for op, tensors, count in work:
+            for _ in range(count):
+                op(*tensors)
+
+    replay()  # warm-up
+    best = math.inf
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        replay()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best, flops
+
+
 def _train_step(
     model: nn.Module, batch: Mapping[str, Tensor], autocast: Callable[[], Any], **options: Any
 ) -> Callable[[], None]:
@@ -335,6 +418,8 @@ def run(
         m_ours, m_hf = statistics.median(t_ours), statistics.median(t_hf)
         peaks = [peak_flops / t for t in t_peak]
         peak_here = statistics.median(peaks)
+        # the bound: course_lib's step's own matrix products, replayed with nothing around them
+        gemm_s, gemm_flops = time_gemms(record_gemms(_train_step(ours, batch, autocast, **options)), device)
         paired = [a / b for a, b in zip(t_ours, t_hf)]
         rows.append(
             {
@@ -351,6 +436,9 @@ def run(
                 "peak_fraction_course": flops / m_ours / peak_here,
                 "peak_fraction_hf": flops / m_hf / peak_here,
                 "peak_flops_per_s": peak_here,
+                "gemm_s_course": gemm_s,
+                "gemm_flops_course": gemm_flops,
+                "gemm_peak_fraction_course": gemm_flops / gemm_s / peak_here,
                 "peak_spread_flops_per_s": spread(peaks),
                 "course_spread_s": spread(t_ours),
                 "hf_spread_s": spread(t_hf),
@@ -387,6 +475,11 @@ def _range(sp: Mapping[str, float], lo: str, hi: str, scale: float, spec: str = 
     return f"{sp[lo] * scale:{spec}}-{sp[hi] * scale:{spec}}"
 
 
+def _opt(row: Mapping[str, Any], key: str, scale: float) -> str:
+    """A number that older reports do not have: n/a there."""
+    return "n/a" if row.get(key) is None else f"{row[key] * scale:.1f}"
+
+
 def format_table(result: Mapping[str, Any]) -> str:
     """The Markdown table of :func:`run`'s result."""
     head = [
@@ -401,6 +494,8 @@ def format_table(result: Mapping[str, Any]) -> str:
         "GFLOP/s HF",
         "% of peak course",
         "% of peak HF",
+        "course ms in matrix products alone",
+        "% of peak, matrix products alone",
         "course ms IQR",
         "HF ms IQR",
         "course ms min-max",
@@ -422,6 +517,8 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"{r['flops_per_s_hf'] / 1e9:,.1f}",
             f"{100 * r['peak_fraction_course']:.1f}",
             f"{100 * r['peak_fraction_hf']:.1f}",
+            _opt(r, "gemm_s_course", 1e3),
+            _opt(r, "gemm_peak_fraction_course", 100.0),
             _range(r["course_spread_s"], "q1", "q3", 1e3),
             _range(r["hf_spread_s"], "q1", "q3", 1e3),
             _range(r["course_spread_s"], "min", "max", 1e3),
