@@ -186,6 +186,8 @@ def attention_fast(
     if (mask is not None or bias is not None or q.size(-2) != k.size(-2)) and causal:
         mask = combine_masks(mask, causal_mask(q.size(-2), key_length=k.size(-2), device=q.device))
         causal = False
+    if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
+        mask = None  # nothing hidden (a batch without padding): the unmasked kernels, one check
     empty_rows = None
     if mask is not None:
         has_key = mask.any(dim=-1, keepdim=True)
@@ -223,7 +225,8 @@ def _attention_cpu_dropout(
     dropout_p: float,
     scale: float | None,
 ) -> Tensor:
-    """SDPA's path for dropout on the CPU, written out once (``mask`` has no fully masked row).
+    """SDPA's path for dropout on the CPU, written out once (``mask`` has no fully masked row;
+    :func:`attention_fast` passes None for a mask that hides nothing).
 
     PyTorch's fused CPU kernels take no dropout, so there SDPA falls back to its math path,
     which scales ``q`` and ``k`` separately, turns the mask into a float tensor and checks every
@@ -236,7 +239,7 @@ def _attention_cpu_dropout(
     scores.mul_(1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
     if bias is not None:
         scores.add_(bias.to(scores.dtype))
-    if mask is not None and (torch.compiler.is_compiling() or not bool(mask.all())):
+    if mask is not None:
         # outside autograd: a masked score's gradient is zero anyway (its softmax weight is 0),
         # and no saved tensor is this one, so the backward needs no masking pass of its own
         with torch.no_grad():

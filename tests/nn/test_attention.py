@@ -258,3 +258,21 @@ def test_cpu_dropout_path_keeps_fully_masked_rows_zero():
     out = attention_fast(q, k, v, mask, dropout_p=0.2)
     assert torch.all(out[..., 2, :] == 0) and torch.isfinite(out).all()
     assert out[..., 0, :].abs().sum() > 0
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_a_mask_that_hides_nothing_is_no_mask(dropout_p):
+    """A batch without padding gives an all-True mask: attention_fast drops it (one check, then
+    the unmasked kernels), with the same output and the same dropout draws as no mask at all;
+    a mask that hides one key still changes the output (positive control)."""
+    q, k, v = (torch.randn(2, 3, 7, 16) for _ in range(3))
+    full = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    outs = []
+    for mask in (None, full):
+        torch.manual_seed(5)
+        outs.append(attention_fast(q, k, v, mask, dropout_p=dropout_p))
+    assert torch.equal(outs[0], outs[1])
+    hidden = full.clone()
+    hidden[..., -1] = False
+    torch.manual_seed(5)
+    assert (attention_fast(q, k, v, hidden, dropout_p=dropout_p) - outs[0]).abs().max() > 1e-3
