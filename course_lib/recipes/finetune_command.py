@@ -242,13 +242,11 @@ def finetune_folder(
         freeze_body=freeze_body,
     )
     t0 = time.perf_counter()
-    try:
-        if task == "classify":
-            model, history = finetune_classifier(start, tokenizer, train_items, **options)
-        else:
-            model, history = finetune_tagger(start, tokenizer, train_items, **options)
-    except TypeError as exc:  # a body the task's model cannot start from (e.g. ALBERT for tagging)
-        raise ValueError(f"{task}: {exc}") from None
+    # (a family without the task's model was refused by _load_start, before any training)
+    if task == "classify":
+        model, history = finetune_classifier(start, tokenizer, train_items, **options)
+    else:
+        model, history = finetune_tagger(start, tokenizer, train_items, **options)
     seconds = time.perf_counter() - t0
     metrics: dict[str, Any] = {
         "model": str(model_dir),
