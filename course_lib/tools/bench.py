@@ -29,6 +29,10 @@ What is measured, in one run on one device (``--device``, default
    the interquartile range of the paired per-round ratios), tokens per second
    (``batch * seq / step``) and the ratio course / HF of the medians (below 1: course_lib is
    faster). ``--dtype bf16`` runs the forward pass of both under ``torch.autocast``.
+   ``--compile`` runs both sides through :func:`torch.compile` (never one side only), after
+   the parity checks of the modules as written; each side's first step, which compiles, is
+   timed on its own and printed beside the table of the steady state. (Without it the first
+   step is timed too, in the JSON: it allocates AdamW's state.)
 3. **Achieved FLOP/s.** :func:`training_flops` counts the matrix-product FLOPs of a step
    analytically (the formula is in its docstring; it agrees with
    :class:`torch.utils.flop_counter.FlopCounterMode`, see :func:`count_flops`), divided by the
@@ -61,7 +65,7 @@ two sides agree and that the FLOP formula is right.
 
     course bench [--batch 16] [--seq 128] [--layers 4] [--hidden 256] [--heads 4]
                  [--repeats 10] [--models bert,albert,xlnet] [--threads N]
-                 [--device cpu] [--dtype fp32|bf16] [--json PATH] [--markdown PATH]
+                 [--device cpu] [--dtype fp32|bf16] [--compile] [--json PATH] [--markdown PATH]
 """
 
 from __future__ import annotations
@@ -373,6 +377,7 @@ def run(
     device: torch.device | str = "cpu",
     dtype: str = "fp32",
     peak_n: int = 2048,
+    compile: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Build, check and time every model of ``models``; return every number (see the module docstring)."""
@@ -409,12 +414,18 @@ def run(
             f"{name}: gradients agree within {grad_diff:.1e} of each tensor's largest entry (<= {GRAD_TOL:g})"
         )
         flops = training_flops(ours.config, shape.batch, shape.seq, num_predict=shape.num_predict)
+        # both sides compiled or neither (checked above as written: the same module, transformed)
+        run_ours, run_hf = (torch.compile(ours), torch.compile(hf)) if compile else (ours, hf)
+        steps = [_train_step(run_ours, batch, autocast, **options), _train_step(run_hf, batch, autocast)]
+        first = []  # the first step of each side: AdamW's state, and the compilation with --compile
+        for step in steps:
+            _sync(device)
+            t0 = time.perf_counter()
+            step()
+            _sync(device)
+            first.append(time.perf_counter() - t0)
         # course, HF, matmul peak, course, HF, peak, ...: all three under the same load
-        t_ours, t_hf, t_peak = time_interleaved(
-            [_train_step(ours, batch, autocast, **options), _train_step(hf, batch, autocast), peak_fn],
-            repeats,
-            device=device,
-        )
+        t_ours, t_hf, t_peak = time_interleaved([*steps, peak_fn], repeats, device=device)
         m_ours, m_hf = statistics.median(t_ours), statistics.median(t_hf)
         peaks = [peak_flops / t for t in t_peak]
         peak_here = statistics.median(peaks)
@@ -436,6 +447,8 @@ def run(
                 "peak_fraction_course": flops / m_ours / peak_here,
                 "peak_fraction_hf": flops / m_hf / peak_here,
                 "peak_flops_per_s": peak_here,
+                "first_step_s_course": first[0],
+                "first_step_s_hf": first[1],
                 "gemm_s_course": gemm_s,
                 "gemm_flops_course": gemm_flops,
                 "gemm_peak_fraction_course": gemm_flops / gemm_s / peak_here,
@@ -460,6 +473,7 @@ def run(
         "threads": torch.get_num_threads(),
         "shape": {**asdict(shape), "intermediate": shape.d_ff, "num_predict": shape.num_predict},
         "repeats": repeats,
+        "compile": compile,
         "warmup": WARMUP,
         "matmul_peak_flops_per_s": peak,
         "matmul_peak_n": peak_n,
@@ -550,6 +564,19 @@ def describe_run(result: Mapping[str, Any]) -> str:
         f"({result['dtype']}, n={result['matmul_peak_n']}; {result['matmul_peak_flops_per_s'] / 1e9:,.1f} "
         "GFLOP/s measured alone before).",
         "",
+        *(
+            [
+                "both sides compiled with torch.compile; the first step, which compiles, took "
+                + ", ".join(
+                    f"{r['model']} course {r['first_step_s_course']:.1f} s / HF {r['first_step_s_hf']:.1f} s"
+                    for r in result["models"]
+                )
+                + " (the table is the steady state after it).",
+                "",
+            ]
+            if result.get("compile")
+            else []
+        ),
         "parity before timing (max |diff| loss / logits / relative gradients): "
         + ", ".join(
             f"{r['model']} {r['parity_max_abs_diff']['loss']:.1e} / {r['parity_max_abs_diff']['logits']:.1e}"
@@ -618,6 +645,7 @@ def _cmd(args: argparse.Namespace) -> int:
             device=device,
             dtype=args.dtype,
             peak_n=args.peak_n,
+            compile=args.compile,
             log=None if args.quiet else log,
         )
     except ParityError as e:
@@ -658,6 +686,12 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         "--dtype", choices=sorted(DTYPES), default="fp32", help="bf16: torch.autocast on both sides"
     )
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the matmul peak (default 2048)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile both sides (course_lib and Hugging Face alike); the first step, which "
+        "compiles, is reported beside the steady state",
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="also write every number as JSON to PATH")
     p.add_argument(
         "--markdown",

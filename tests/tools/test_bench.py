@@ -150,6 +150,34 @@ def test_main_prints_the_table_and_writes_json(tmp_path, capsys, restore_threads
     assert not list(out_json.parent.glob(".*.tmp"))  # written atomically, nothing left over
 
 
+def test_compile_compiles_both_sides_and_reports_the_first_step(
+    tmp_path, capsys, monkeypatch, restore_threads
+):
+    """--compile hands course_lib's and Hugging Face's models alike to torch.compile (a real
+    compile takes minutes on a CPU, so a recording stand-in here), after the parity checks;
+    the first step of each side is timed on its own and named beside the table; without the
+    option nothing is compiled and the report has no such line."""
+    compiled = []
+
+    def fake_compile(model):
+        compiled.append(type(model).__module__.split(".")[0])
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    out_json = tmp_path / "bench.json"
+    argv = [*TINY_ARGS, "--threads", "1", "--models", "bert,xlnet", "--json", str(out_json)]
+    assert bench.main([*argv, "--compile"]) == 0
+    assert compiled == ["course_lib", "transformers"] * 2
+    out = capsys.readouterr().out
+    assert "both sides compiled with torch.compile" in out and "bert course" in out and "xlnet course" in out
+    data = json.loads(out_json.read_text())
+    assert data["compile"] is True
+    assert all(r["first_step_s_course"] > 0 and r["first_step_s_hf"] > 0 for r in data["models"])
+    compiled.clear()
+    assert bench.main(argv) == 0
+    assert compiled == [] and "compiled" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "argv,words",
     [
