@@ -40,12 +40,15 @@ What is measured, in one run on one device (``--device``, default
    matrix products (best of several) once before the models are built, and
    :func:`time_interleaved` times a call of such products between every pair of steps: each
    side's FLOP/s is printed as a fraction of the median of *those* interleaved peaks, which
-   ran under the same load as the steps. **The bound** beside it: :func:`record_gemms` records
+   ran under the same load as the steps. **The bound** beside it: :func:`record_step` records
    every matrix product of one course_lib step (shapes, strides, dtype; forward and
-   backward) and :func:`time_gemms` replays them alone on fresh tensors. Their time is what
+   backward) and :func:`time_replay` replays them alone on fresh tensors. Their time is what
    the step's products cost with nothing around them, and their FLOP/s over the same peak is
    the most of the peak that the step could reach at these shapes, were everything else
-   (dropout, softmax, LayerNorm, the optimiser) free. (Products inside a fused attention
+   (dropout, softmax, LayerNorm, the optimiser) free. The same for the dropouts' random
+   draws (``bernoulli_``, one number per element from PyTorch's generator, which course_lib
+   must draw as Hugging Face does to train the same run): their time alone, and the share of
+   the peak that the products and the draws together leave reachable. (Products inside a fused attention
    kernel, SDPA without dropout as in ALBERT v2, are no separate calls: they are not replayed,
    and that column counts only the FLOPs it replays.)
    The same FLOP count is used for both sides: it is the work of the algorithm, not of either
@@ -112,8 +115,8 @@ __all__ = [
     "load_average",
     "matmul_peak",
     "time_interleaved",
-    "record_gemms",
-    "time_gemms",
+    "record_step",
+    "time_replay",
     "run",
     "format_table",
     "describe_run",
@@ -262,28 +265,33 @@ def _gemm_flops(name: str, shapes: Sequence[tuple[int, ...]]) -> int:
     return 2 * math.prod(a) * b[-1]
 
 
-def record_gemms(fn: Callable[[], Any]) -> dict[tuple[Any, ...], int]:
-    """Every matrix product that ``fn()`` runs (forward, backward): how many times each
-    ``(op, shapes, strides, dtype)`` occurs, recorded below autograd and autocast by a
-    :class:`~torch.utils._python_dispatch.TorchDispatchMode`."""
+def record_step(fn: Callable[[], Any]) -> dict[str, dict[tuple[Any, ...], int]]:
+    """What ``fn()`` runs that bounds its speed: every matrix product (``"gemm"``: mm, addmm,
+    bmm, baddbmm, forward and backward) and every random draw of a dropout (``"draw"``:
+    ``bernoulli_``, one random number per element from PyTorch's generator), each as
+    ``(name, shapes, strides, scalars, dtype, device) -> count``, recorded below autograd and
+    autocast by a :class:`~torch.utils._python_dispatch.TorchDispatchMode`."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    ops = {getattr(torch.ops.aten, name).default: name for name in _GEMM_OPS}
-    calls: dict[tuple[Any, ...], int] = {}
+    aten = torch.ops.aten
+    kinds = {getattr(aten, name).default: ("gemm", name) for name in _GEMM_OPS}
+    kinds[aten.bernoulli_.float] = ("draw", "bernoulli_")
+    calls: dict[str, dict[tuple[Any, ...], int]] = {"gemm": {}, "draw": {}}
 
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = ops.get(func)
-            if name is not None:
+            kind = kinds.get(func)
+            if kind is not None:
                 tensors = [a for a in args if isinstance(a, Tensor)]
                 key = (
-                    name,
+                    kind[1],
                     tuple(tuple(t.shape) for t in tensors),
                     tuple(t.stride() for t in tensors),
+                    tuple(a for a in args if not isinstance(a, Tensor)),
                     tensors[0].dtype,
                     tensors[0].device.type,
                 )
-                calls[key] = calls.get(key, 0) + 1
+                calls[kind[0]][key] = calls[kind[0]].get(key, 0) + 1
             return func(*args, **(kwargs or {}))
 
     with Recorder():
@@ -291,29 +299,31 @@ def record_gemms(fn: Callable[[], Any]) -> dict[tuple[Any, ...], int]:
     return calls
 
 
-def time_gemms(
+def time_replay(
     calls: Mapping[tuple[Any, ...], int], device: torch.device, *, repeats: int = 3
 ) -> tuple[float, int]:
-    """Seconds and FLOPs of replaying ``calls`` (from :func:`record_gemms`) alone: every
-    product on fresh random tensors of the recorded shapes, strides and dtype, as many times
-    as it was recorded. The best of ``repeats`` replays: what the step's matrix products
-    cost with nothing around them, the bound on the step's fraction of the matmul peak."""
+    """Seconds and matrix-product FLOPs of replaying ``calls`` (from :func:`record_step`)
+    alone: every call on fresh random tensors of the recorded shapes, strides and dtype, with
+    the recorded scalars (a dropout's probability), as many times as it was recorded. The best
+    of ``repeats`` replays: what that work costs with nothing around it."""
     g = torch.Generator(device="cpu").manual_seed(0)
     work = []
     flops = 0
-    for (name, shapes, strides, dtype, _), count in calls.items():
+    for (name, shapes, strides, scalars, dtype, _), count in calls.items():
         tensors = []
         for shape, stride in zip(shapes, strides):
             extent = 1 + sum((d - 1) * st for d, st in zip(shape, stride) if d > 0)
             base = torch.randn(extent, generator=g).to(device=device, dtype=dtype)
             tensors.append(base.as_strided(shape, stride))
-        flops += count * _gemm_flops(name, shapes)
-        work.append((getattr(torch, name), tensors, count))
+        if name in _GEMM_OPS:
+            flops += count * _gemm_flops(name, shapes)
+        op = getattr(torch, name) if hasattr(torch, name) else getattr(Tensor, name)
+        work.append((op, (*tensors, *scalars), count))
 
     def replay() -> None:
-        for op, tensors, count in work:
+        for op, args, count in work:
             for _ in range(count):
-                op(*tensors)
+                op(*args)
 
     replay()  # warm-up
     best = math.inf
@@ -430,7 +440,9 @@ def run(
         peaks = [peak_flops / t for t in t_peak]
         peak_here = statistics.median(peaks)
         # the bound: course_lib's step's own matrix products, replayed with nothing around them
-        gemm_s, gemm_flops = time_gemms(record_gemms(_train_step(ours, batch, autocast, **options)), device)
+        work = record_step(_train_step(ours, batch, autocast, **options))
+        gemm_s, gemm_flops = time_replay(work["gemm"], device)
+        draw_s, _ = time_replay(work["draw"], device) if work["draw"] else (0.0, 0)
         paired = [a / b for a, b in zip(t_ours, t_hf)]
         rows.append(
             {
@@ -452,6 +464,8 @@ def run(
                 "gemm_s_course": gemm_s,
                 "gemm_flops_course": gemm_flops,
                 "gemm_peak_fraction_course": gemm_flops / gemm_s / peak_here,
+                "draw_s_course": draw_s,
+                "gemm_draw_peak_fraction_course": gemm_flops / (gemm_s + draw_s) / peak_here,
                 "peak_spread_flops_per_s": spread(peaks),
                 "course_spread_s": spread(t_ours),
                 "hf_spread_s": spread(t_hf),
@@ -510,6 +524,8 @@ def format_table(result: Mapping[str, Any]) -> str:
         "% of peak HF",
         "course ms in matrix products alone",
         "% of peak, matrix products alone",
+        "course ms in dropout draws alone",
+        "% of peak, products and draws alone",
         "course ms IQR",
         "HF ms IQR",
         "course ms min-max",
@@ -533,6 +549,8 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"{100 * r['peak_fraction_hf']:.1f}",
             _opt(r, "gemm_s_course", 1e3),
             _opt(r, "gemm_peak_fraction_course", 100.0),
+            _opt(r, "draw_s_course", 1e3),
+            _opt(r, "gemm_draw_peak_fraction_course", 100.0),
             _range(r["course_spread_s"], "q1", "q3", 1e3),
             _range(r["hf_spread_s"], "q1", "q3", 1e3),
             _range(r["course_spread_s"], "min", "max", 1e3),

@@ -205,11 +205,13 @@ def test_registers_as_a_subcommand(capsys):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_the_recorded_matrix_products_are_the_steps_and_replay_does_them_all(name):
-    """record_gemms sees every product of a step, forward and backward (its FLOPs are
+def test_the_recorded_work_is_the_steps_and_replay_does_it_all(name):
+    """record_step sees every product of a step, forward and backward (its FLOPs are
     FlopCounterMode's where no fused attention kernel hides some: the training step on the CPU
-    with dropout; below with a fused kernel, never above), and time_gemms replays each as
-    often as it ran, on tensors of the recorded strides."""
+    with dropout; ALBERT v2 has no attention dropout, so SDPA's fused kernel hides its
+    attention products), and every dropout's draw (one per dropout call, each of the
+    dropout's probability); time_replay replays each as often as it ran, on tensors of the
+    recorded strides."""
     ours, _ = build_pair(name, TINY)
     batch = make_batch(name, TINY)
     ours.train()
@@ -217,18 +219,25 @@ def test_the_recorded_matrix_products_are_the_steps_and_replay_does_them_all(nam
     def step() -> None:
         ours(**batch, **COURSE_STEP_OPTIONS.get(name, {})).loss.backward()
 
-    calls = bench.record_gemms(step)
-    recorded = sum(count * bench._gemm_flops(key[0], key[1]) for key, count in calls.items())
+    work = bench.record_step(step)
+    recorded = sum(count * bench._gemm_flops(key[0], key[1]) for key, count in work["gemm"].items())
     counted = count_flops(step)
-    if name == "albert":  # no attention dropout in ALBERT v2: SDPA's fused kernel, not counted
+    if name == "albert":
         assert 0.8 * counted < recorded < counted
     else:
         assert recorded == counted
+    layouts = [(shapes, strides) for _, shapes, strides, *_ in work["gemm"]]
     assert any(
-        strides != tuple(torch.empty(shape).stride() for shape in shapes) for _, shapes, strides, *_ in calls
+        strides != tuple(torch.empty(shape).stride() for shape in shapes) for shapes, strides in layouts
     )
-    seconds, flops = bench.time_gemms(calls, torch.device("cpu"), repeats=1)
+    draws = work["draw"]
+    rates = {m.p for m in ours.modules() if isinstance(m, torch.nn.Dropout)}
+    rates |= {m.dropout for m in ours.modules() if isinstance(getattr(m, "dropout", None), float)}
+    assert draws and {round(1 - key[3][0], 6) for key in draws} <= {round(p, 6) for p in rates if p > 0}
+    seconds, flops = bench.time_replay(work["gemm"], torch.device("cpu"), repeats=1)
     assert seconds > 0 and flops == recorded
+    seconds, flops = bench.time_replay(draws, torch.device("cpu"), repeats=1)
+    assert seconds > 0 and flops == 0
     # one product by hand: addmm of (bias, a, b) is 2 m k n; bmm 2 b m k n
     assert bench._gemm_flops("addmm", [(5,), (3, 4), (4, 5)]) == 2 * 3 * 4 * 5
     assert bench._gemm_flops("bmm", [(2, 3, 4), (2, 4, 5)]) == 2 * 2 * 3 * 4 * 5
@@ -270,6 +279,7 @@ def test_spread_and_the_markdown_report(tmp_path, capsys, restore_threads):
     header = [line for line in out.splitlines() if line.startswith("| model")][0]
     columns = ("course ms IQR", "HF ms min-max", "ratio IQR (paired steps)", "peak GFLOP/s (interleaved)")
     columns += ("course ms in matrix products alone", "% of peak, matrix products alone")
+    columns += ("course ms in dropout draws alone", "% of peak, products and draws alone")
     for column in columns:
         assert column in header
     row = [line for line in out.splitlines() if line.startswith("| bert")][0]
