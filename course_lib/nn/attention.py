@@ -186,15 +186,21 @@ def attention_fast(
     if (mask is not None or bias is not None or q.size(-2) != k.size(-2)) and causal:
         mask = combine_masks(mask, causal_mask(q.size(-2), key_length=k.size(-2), device=q.device))
         causal = False
-    if mask is not None and not torch.compiler.is_compiling() and bool(mask.all()):
-        mask = None  # nothing hidden (a batch without padding): the unmasked kernels, one check
     empty_rows = None
     if mask is not None:
         has_key = mask.any(dim=-1, keepdim=True)
-        # (under torch.compile always take this path: no data-dependent branch, no graph break)
-        if torch.compiler.is_compiling() or not bool(has_key.all()):
-            # SDPA returns NaN (GPU) or zeros (CPU) for fully masked rows; make it zeros
-            # everywhere: let those rows attend freely, then zero their output.
+        # Two facts decide the path, read with one device-to-host copy (on a GPU each read
+        # waits for the queue): a mask that hides nothing (a batch without padding) is dropped
+        # for the unmasked kernels; SDPA returns NaN (GPU) or zeros (CPU) for a row that sees
+        # no key, so such rows attend freely and their output is zeroed after. Under
+        # torch.compile the second path is always taken: no data-dependent branch, no break.
+        if torch.compiler.is_compiling():
+            hides_nothing, every_row_sees_a_key = False, False
+        else:
+            hides_nothing, every_row_sees_a_key = torch.stack((mask.all(), has_key.all())).tolist()
+        if hides_nothing:
+            mask = None
+        elif not every_row_sees_a_key:
             empty_rows = ~has_key
             mask = mask | empty_rows
     if dropout_p > 0.0 and q.device.type == "cpu":

@@ -276,3 +276,33 @@ def test_a_mask_that_hides_nothing_is_no_mask(dropout_p):
     hidden[..., -1] = False
     torch.manual_seed(5)
     assert (attention_fast(q, k, v, hidden, dropout_p=dropout_p) - outs[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_a_padded_batch_costs_one_host_read_per_call(dropout_p, monkeypatch):
+    """The mask checks read their two facts in one copy to the host (on a GPU each read makes
+    the host wait for the queue: once per attention call, not twice), for a padded batch, a
+    full one and one with an empty row. The reads are counted where Python asks a tensor for
+    a value (``bool``, ``item``, ``tolist``); positive control: ``bool`` of a tensor counts."""
+    reads = []
+    for method in ("__bool__", "item", "tolist"):
+        original = getattr(torch.Tensor, method)
+
+        def counted(self, *args, _original=original, _method=method):
+            reads.append(_method)
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, method, counted)
+    q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
+    padded = padding_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+    empty_row = torch.ones(1, 1, 5, 5, dtype=torch.bool)
+    empty_row[..., 2, :] = False
+    for mask in (padded, torch.ones_like(padded), empty_row):
+        reads.clear()
+        attention_fast(q, k, v, mask, dropout_p=dropout_p)
+        assert len(reads) == 1, (mask.shape, reads)
+    reads.clear()
+    attention_fast(q, k, v, None, dropout_p=dropout_p)
+    assert reads == []
+    bool(padded.all())
+    assert reads == ["__bool__"]
