@@ -34,7 +34,8 @@ is by reshaping: read the ``[T, K + T]`` matrix (row-major) as ``[K + T, T]``, d
 Element :math:`(i, j)` of the result is element :math:`T + i(K + T - 1) + j = i(K + T) + (j + T
 - i)` of the original, i.e. :math:`B^{raw}_{i,\, j + T - i}`. :func:`rel_shift` reads exactly
 those elements through one strided view (start :math:`T`, row stride :math:`K + T - 1`), which
-copies nothing (the reshapes copy twice, and their backward twice more).
+copies nothing forward and once backward (Transformer-XL's original code pads a zero column
+first, which copies the scores; under ``torch.compile`` the view is built from the reshapes).
 
 **Memory** (segment-level recurrence). After a segment, every layer :math:`m` keeps the states
 it received as input (the previous layer's output), appended to its old memory, as the next
@@ -111,6 +112,10 @@ def rel_shift(scores: Tensor, k_len: int) -> Tensor:
     # backward); the leading dimensions may have any strides
     if scores.stride(-1) != 1 or scores.stride(-2) != width:
         scores = scores.contiguous()
+    if torch.compiler.is_compiling():
+        # dynamo cannot trace a read of the storage offset: the same view as the block read
+        # flat, past its first q_len numbers, in rows of width - 1 (a second copy backward)
+        return scores.flatten(-2)[..., q_len:].unflatten(-1, (q_len, width - 1))[..., :k_len]
     strides = scores.stride()
     return scores.as_strided(
         (*lead, q_len, k_len), (*strides[:-2], width - 1, 1), scores.storage_offset() + q_len

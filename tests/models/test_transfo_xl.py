@@ -195,6 +195,31 @@ def test_rel_shift_reads_in_place_with_the_indexing_gradient():
     assert torch.equal(rel_shift(transposed, 2), shift_by_indexing(transposed, 2))
 
 
+def test_rel_shift_traces_under_torch_compile_without_a_graph_break():
+    """Under dynamo the shift is built from views (no storage offset read in Python), traced
+    whole, with the same values and gradient as indexing; the count is real (positive control:
+    a Python read of a tensor's storage offset breaks)."""
+    scores = torch.randn(2, 3, 4, 10)
+    explained = torch._dynamo.explain(rel_shift)(scores, 6)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    torch._dynamo.reset()
+    compiled = torch.compile(rel_shift, backend="eager", fullgraph=True)
+    for block in (scores, torch.randn(3, 2, 4, 10).transpose(0, 1), torch.randn(2, 4, 12)[..., :10]):
+        x = block.clone().requires_grad_()
+        out = compiled(x, 6)
+        assert torch.equal(out, shift_by_indexing(block, 6))
+        grad = torch.randn_like(out)
+        (out * grad).sum().backward()
+        ref = block.clone().requires_grad_()
+        (shift_by_indexing(ref, 6) * grad).sum().backward()
+        assert torch.equal(x.grad, ref.grad)
+
+    def offset_read(x):
+        return x[..., 1:] * x[..., 1:].storage_offset()
+
+    assert torch._dynamo.explain(offset_read)(scores).graph_break_count >= 1
+
+
 def test_rel_shift_refuses_too_few_columns():
     with pytest.raises(ValueError, match="k_len \\+ q_len"):
         rel_shift(torch.zeros(3, 6), k_len=4)
