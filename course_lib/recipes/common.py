@@ -44,6 +44,8 @@ __all__ = [
     "MODEL_CLASSES",
     "register_model",
     "registered_class",
+    "MASKED_LMS",
+    "is_masked_lm",
     "architecture_of",
     "require_positive",
     "fingerprint",
@@ -119,6 +121,26 @@ for _cls in (
 ):
     register_model(_cls)
 del _cls
+
+
+# the registered classes pretrained as masked LMs: where fine-tuning and distillation start
+# (BertLMHeadModel, XLNet and Transformer-XL are left-to-right or permutation LMs)
+MASKED_LMS: tuple[type[nn.Module], ...] = (
+    BertForPreTraining,
+    BertForMaskedLM,
+    RobertaForMaskedLM,
+    AlbertForPreTraining,
+    AlbertForMaskedLM,
+)
+
+
+def is_masked_lm(architecture: str) -> bool:
+    """Whether ``architecture`` (a folder's :func:`saved_architecture`) names a registered
+    masked LM (:data:`MASKED_LMS`, or a subclass of one): a start for ``course finetune`` and
+    a teacher for ``course train distill``. One rule for both commands, read from the classes,
+    not from their names."""
+    cls = MODEL_CLASSES.get(architecture)
+    return cls is not None and issubclass(cls, MASKED_LMS)
 
 
 def registered_class(name: str) -> type[nn.Module]:

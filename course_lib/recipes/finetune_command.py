@@ -143,21 +143,23 @@ def _split(items: list, heldout: float) -> tuple[list, list]:
 
 
 def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Module, Any]:
-    """The pretrained model and tokenizer of ``model_dir`` when its family has a model for
-    ``task`` (:data:`~course_lib.recipes.finetune.FAMILIES`: a BERT-family masked LM for either
+    """The pretrained model and tokenizer of ``model_dir`` when it is a masked LM
+    (:func:`~course_lib.recipes.common.is_masked_lm`) or XLNet's permutation LM and its family
+    has a model for ``task`` (:data:`~course_lib.recipes.finetune.FAMILIES`: BERT for either
     task, ALBERT for ``classify``, XLNet for ``tag``); ``ValueError`` with one line for anything
-    else, before any training."""
-    from .common import load_pretrained, registered_class, saved_architecture
+    else (a left-to-right LM, an already fine-tuned model), before any training."""
+    from ..models.xlnet import XLNetLMHeadModel
+    from .common import MODEL_CLASSES, is_masked_lm, load_pretrained, saved_architecture
     from .finetune import FAMILIES
 
     architecture = saved_architecture(model_dir)
     kinds = {"classify": ("classifier", "sentence classifier"), "tag": ("tagger", "tagger")}
-    try:
-        config_class = registered_class(architecture).config_class
-    except (ValueError, AttributeError):
-        config_class = None
-    family = next((f for f in FAMILIES if config_class and issubclass(config_class, f.config_class)), None)
-    if family is None or architecture == "BertLMHeadModel":  # chapter 5's left-to-right model
+    cls = MODEL_CLASSES.get(architecture)
+    # the rule: a masked LM, or XLNet's permutation LM; chapter 5's left-to-right BERT
+    # (BertLMHeadModel) has a BertConfig but is neither
+    start = cls is not None and (is_masked_lm(architecture) or issubclass(cls, XLNetLMHeadModel))
+    family = next((f for f in FAMILIES if start and issubclass(cls.config_class, f.config_class)), None)
+    if family is None:
         raise ValueError(
             f"{model_dir} holds a {architecture}: course finetune starts from a masked LM trained by "
             "`course train bert`, `roberta`, `albert` (or a `distill` student), or, for --task tag, "

@@ -258,14 +258,14 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
         if getattr(args, "precision", None) == "fp16" and device.type == "cpu":
             warnings.warn("--precision fp16 on a CPU is slower than fp32 (no fp16 kernels); use fp32 or bf16")
     if objective == "distill" and getattr(args, "teacher", None):
-        from .common import saved_architecture
+        from .common import is_masked_lm, saved_architecture
 
         if (Path(args.teacher) / "config.json").is_file():
             try:
                 architecture = saved_architecture(args.teacher)
             except ValueError as e:
                 raise ValueError(f"--teacher: {e}") from None
-            if not architecture.startswith(("Bert", "Albert")) or architecture == "BertLMHeadModel":
+            if not is_masked_lm(architecture):
                 raise ValueError(
                     f"--teacher {args.teacher} holds a {architecture}; distillation needs a masked-LM "
                     "teacher (a folder written by `course train bert`, `roberta` or `albert`)"

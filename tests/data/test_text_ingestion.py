@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import tarfile
 import time
@@ -88,10 +89,12 @@ def test_out_naming_a_file_and_a_teacher_of_the_wrong_kind(tmp_path, capsys):
     assert "is a file" in capsys.readouterr().err
     teacher = tmp_path / "t"
     teacher.mkdir()
-    (teacher / "config.json").write_text('{"architecture": "XLNetLMHeadModel"}')
-    assert main(["train", "distill", "--teacher", str(teacher), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "masked-LM teacher" in err and len(err.splitlines()) == 1
+    for architecture in ("XLNetLMHeadModel", "BertLMHeadModel"):  # a BertConfig, but left-to-right
+        (teacher / "config.json").write_text(json.dumps({"architecture": architecture}))
+        assert main(["train", "distill", "--teacher", str(teacher), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"holds a {architecture}; distillation needs a masked-LM teacher" in err, err
+        assert len(err.splitlines()) == 1
 
 
 def test_cuda_without_a_gpu_names_the_option(tmp_path, capsys):

@@ -144,6 +144,55 @@ def test_a_family_without_the_task_model_is_one_line_before_training(
     assert all(part in err for part in expected) and not (tmp_path / "o").exists()
 
 
+def test_only_masked_lms_and_xlnet_start_a_fine_tuning(pretrained, tmp_path, capsys):
+    """One rule (``recipes.common.is_masked_lm``, plus XLNet's permutation LM) instead of names:
+    a left-to-right BERT (a BertConfig, so the BERT family by its config) is refused before
+    training, as is a fine-tuned classifier's folder, while the masked LMs of every command pass
+    (the test above and the ones before it)."""
+    from course_lib.recipes.common import MODEL_CLASSES, is_masked_lm
+    from course_lib.recipes.finetune_command import register_task_models
+
+    register_task_models()
+    expected = {
+        "BertForPreTraining": True,
+        "BertForMaskedLM": True,
+        "RobertaForMaskedLM": True,
+        "AlbertForPreTraining": True,
+        "AlbertForMaskedLM": True,
+        "BertLMHeadModel": False,
+        "XLNetLMHeadModel": False,
+        "TransfoXLLMHeadModel": False,
+        "BertForSequenceClassification": False,
+        "XLNetForTokenClassification": False,
+        "not a class": False,
+    }
+    assert {name: is_masked_lm(name) for name in expected} == expected
+    assert set(expected) - {"not a class"} <= set(MODEL_CLASSES)
+    _, models = pretrained
+    causal = tmp_path / "causal"
+    assert main(["train", "causal", *TRAIN, "--out", str(causal)]) == 0
+    data = _classification_file(tmp_path / "d.tsv", n=20)
+    capsys.readouterr()
+    for folder in (causal, models["bert"]):
+        argv = ["finetune", str(folder), "--task", "classify", "--train", str(data), "--steps", "1"]
+        code = main([*argv, "--out", str(tmp_path / f"o-{folder.name}")])
+        err = capsys.readouterr().err.strip()
+        if folder is causal:  # refused, one line, nothing written
+            assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+            assert "holds a BertLMHeadModel: course finetune starts from a masked LM" in err
+            assert not (tmp_path / "o-causal").exists()
+        else:  # positive control: the masked LM of the same family starts
+            assert code == 0, err
+    tuned = tmp_path / "o-bert"
+    assert (
+        main(
+            ["finetune", str(tuned), "--task", "classify", "--train", str(data), "--out", str(tmp_path / "x")]
+        )
+        == 2
+    )
+    assert "holds a BertForSequenceClassification" in capsys.readouterr().err
+
+
 def test_sentence_pairs_are_read_as_pairs(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("same\tthe cat\tthe cat\ndiff\tthe cat\ta dog\n")
