@@ -55,3 +55,42 @@ def test_no_module_renames_files_into_place_by_itself():
         if re.search(r"os\.replace\(|os\.rename\(|\.rename\(|\.replace\(tmp", p.read_text())
     }
     assert found <= allowed, f"write through course_lib.files instead: {sorted(found - allowed)}"
+
+
+def test_a_killed_writers_leftover_is_removed_by_the_next_write_and_a_live_one_is_not(tmp_path):
+    """SIGKILL leaves ``.NAME.*.tmp`` behind (no handler runs); the next write of NAME removes
+    a leftover untouched for STALE_SECONDS, and leaves a fresh one (a writer still at work)."""
+    from course_lib.files import STALE_SECONDS
+
+    path = tmp_path / "state.pt"
+    stale, live, other = (
+        tmp_path / ".state.pt.abc.tmp",
+        tmp_path / ".state.pt.def.tmp",
+        tmp_path / ".x.pt.1.tmp",
+    )
+    for p in (stale, live, other):
+        p.write_text("half")
+    old = stale.stat().st_mtime - STALE_SECONDS - 5
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    atomic_write_text(path, "whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".state.pt.def.tmp", ".x.pt.1.tmp", "state.pt"]
+    )
+
+
+def test_an_output_path_under_a_file_or_of_the_wrong_kind_is_one_error(tmp_path):
+    from course_lib.files import check_output_path
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(ValueError, match=r"--out .*afile/sub/deeper: .*afile is a file, so no folder"):
+        check_output_path(tmp_path / "afile" / "sub" / "deeper", "--out", folder=True)
+    with pytest.raises(ValueError, match="--out .* is a file; give a folder"):
+        check_output_path(tmp_path / "afile", "--out", folder=True)
+    with pytest.raises(ValueError, match="--json .* is a folder; give a file"):
+        check_output_path(tmp_path / "adir", "--json", folder=False)
+    # what can be written passes: new paths, an existing folder, an existing file to replace
+    check_output_path(tmp_path / "new" / "deeper", "--out", folder=True)
+    check_output_path(tmp_path / "adir", "--out", folder=True)
+    check_output_path(tmp_path / "afile", "--json", folder=False)
