@@ -11,10 +11,15 @@ naming the special tokens). Then::
     AutoModelForCausalLM.from_pretrained(folder)        # causal (BertLMHeadModel)
     XLNetLMHeadModel.from_pretrained(folder)            # xlnet
     AutoTokenizer.from_pretrained(folder)
-    pipeline("fill-mask", model=folder)
+    pipeline("fill-mask", model=folder)                 # the masked LMs
 
-give the course model's logits. ``course train roberta`` trains a BERT network on byte-level
-BPE (the course's RoBERTa objective), so it is exported as a BERT model with that tokenizer.
+give the course model's logits; the tokenizer returns ``token_type_ids`` too (a pair's second
+sentence is segment 1, as in training). A right-to-left causal LM (``course train causal
+--causal right-to-left``) records ``course_reading_direction`` in ``config.json``: it reads
+reversed sequences. ``OUT_DIR`` must be new, empty or an earlier export (which is replaced):
+a folder holding anything else is refused, never overwritten. ``course train roberta``
+trains a BERT network on byte-level BPE (the course's RoBERTa objective), so it is exported
+as a BERT model with that tokenizer.
 Files get the user's usual mode (umask), not the 0600 of a temporary file.
 """
 
@@ -139,13 +144,50 @@ def _special_tokens(tokenizer: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def _is_export(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier export (which a new one may replace): a
+    ``transformers`` config (``model_type``) and no course model record (``model.json``)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "model_type" in config and not (folder / "model.json").exists()
+
+
+def reading_direction(folder: Path) -> str:
+    """``"right-to-left"`` for a causal LM trained on reversed text (``course train causal
+    --causal right-to-left``, recorded in the folder's ``model.json``), else
+    ``"left-to-right"``."""
+    try:
+        recipe = json.loads((Path(folder) / "model.json").read_text()).get("recipe", {})
+    except (OSError, ValueError, AttributeError):
+        return "left-to-right"
+    return "right-to-left" if recipe.get("causal") == "right-to-left" else "left-to-right"
+
+
+def usage_hint(architecture: str, direction: str = "left-to-right") -> str:
+    """How to use an exported folder in ``transformers`` (the export command prints it)."""
+    if architecture == "BertLMHeadModel":
+        hint = "AutoModelForCausalLM.from_pretrained / pipeline('text-generation', model=...)"
+        if direction == "right-to-left":
+            hint += (
+                "; this model reads right to left (trained on reversed sequences): reverse each "
+                "sequence's tokens before feeding it and its output after (config.json: "
+                "course_reading_direction)"
+            )
+        return hint
+    if architecture.startswith("XLNet"):
+        return "XLNetLMHeadModel.from_pretrained (perm_mask and target_mapping choose what it predicts)"
+    return "AutoModelForMaskedLM.from_pretrained / pipeline('fill-mask', model=...)"
+
+
 def export_model(source: str | Path, out: str | Path) -> Path:
     """Write the Hugging Face folder ``out`` for the model folder ``source`` (written by
     ``course train``); returns ``out``. ``ValueError`` for a model transformers has no class
     for (ELMo, Transformer-XL's course variant) or a folder that is not a model's."""
     from safetensors.torch import save_file
 
-    from .files import atomic_write_text, write_atomically
+    from .files import atomic_write_text, check_output_path, write_atomically
 
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():
@@ -153,16 +195,23 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     architecture = json.loads((source / "config.json").read_text()).get("architecture", "BertForPreTraining")
     if architecture not in EXPORTABLE:
         raise ValueError(
-            f"{source} holds a {architecture}, which transformers has no class for; exportable: "
-            + ", ".join(sorted(EXPORTABLE))
+            f"{source} holds a {architecture}: course export writes the pretrained models of "
+            f"`course train` that transformers loads ({', '.join(sorted(EXPORTABLE))})"
         )
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder")
+    check_output_path(out, "OUT_DIR", folder=True)
     if out.resolve() == source.resolve():
         raise ValueError("the export folder must differ from the model folder")
+    if out.is_dir() and any(out.iterdir()) and not _is_export(out):
+        raise ValueError(
+            f"OUT_DIR {out} is not empty and holds no earlier export (its files would be mixed "
+            "with the export's, or a model there overwritten): give a new or empty folder"
+        )
     model = _load(source)
     tokenizer = json.loads((source / "tokenizer.json").read_text())
     config = hf_config(model, tokenizer)
+    direction = reading_direction(source)
+    if direction != "left-to-right":  # recorded, so that the folder says how to feed it
+        config.course_reading_direction = direction
     state = hf_state_dict(model)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", config.to_json_string())
@@ -173,6 +222,9 @@ def export_model(source: str | Path, out: str | Path) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": int(max_len),
         "clean_up_tokenization_spaces": False,
+        # the segment ids the tokenizer's post-processor writes (B of a pair is segment 1):
+        # without this name a fast tokenizer drops them, and a pair reads as one segment
+        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
         **specials,
     }
     atomic_write_text(out / "tokenizer.json", json.dumps(hf_tokenizer(tokenizer), ensure_ascii=False))
@@ -187,10 +239,9 @@ def _cmd(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"course export: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"exported to {out.resolve()} (transformers: AutoModel*.from_pretrained / "
-        f"AutoTokenizer.from_pretrained / pipeline('fill-mask', model=...))"
-    )
+    architecture = json.loads((out / "config.json").read_text())["architectures"][0]
+    hint = usage_hint(architecture, reading_direction(Path(args.model)))
+    print(f"exported to {out.resolve()} (transformers: AutoTokenizer.from_pretrained; {hint})")
     return 0
 
 

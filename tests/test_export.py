@@ -120,3 +120,80 @@ def test_the_roberta_export_masks_as_hugging_faces_roberta(exported):
     # the BERT export's [MASK] keeps its WordPiece behaviour
     bert = transformers.AutoTokenizer.from_pretrained(exported["bert"][1])
     assert not bert.added_tokens_decoder[bert.mask_token_id].lstrip
+
+
+@pytest.mark.parametrize("objective", ["bert", "roberta", "albert", "causal", "xlnet"])
+def test_a_sentence_pair_reads_as_in_training(exported, objective):
+    """The exported tokenizer returns ``token_type_ids`` (segment 1 for a pair's B, as the
+    course's tokenizer gives it), so the exported model scores a pair as the course model
+    does. Control: without them (what a tokenizer without ``model_input_names`` gave) the
+    outputs differ for every model that has segment embeddings."""
+    from course_lib.export import _load
+    from course_lib.recipes.common import load_pretrained
+
+    model_dir, hf_dir = exported[objective]
+    ours, tok = load_pretrained(model_dir)
+    ht = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    a, b = SENTENCES
+    enc, he = tok.encode(a, b), ht(a, b, return_tensors="pt")
+    assert he["input_ids"][0].tolist() == enc.ids and he["token_type_ids"][0].tolist() == enc.type_ids
+    cls = {"causal": transformers.AutoModelForCausalLM, "xlnet": transformers.XLNetLMHeadModel}.get(
+        objective, transformers.AutoModelForMaskedLM
+    )
+    theirs, ours = cls.from_pretrained(hf_dir).eval(), _load(model_dir)
+    kw = {"input_ids": torch.tensor([enc.ids]), "token_type_ids": torch.tensor([enc.type_ids])}
+    with torch.no_grad():
+        mine, hf = ours(**kw), theirs(**he)
+        no_types = theirs(input_ids=he["input_ids"], attention_mask=he["attention_mask"]).logits
+    mine = mine.logits if getattr(mine, "mlm_logits", None) is None else mine.mlm_logits
+    assert (mine - hf.logits).abs().max().item() <= 1e-5
+    # RoBERTa's pairs are one segment (nothing to lose); XLNet's relative segment term is
+    # still ~1e-6 after three steps from its small initialisation, too small for the control
+    if 1 in enc.type_ids and objective != "xlnet":
+        assert (no_types - hf.logits).abs().max().item() > 1e-3
+
+
+def test_export_never_overwrites_a_folder_that_is_not_an_export(exported, tmp_path, capsys):
+    """A course model folder or a folder of the user's files is refused (nothing in it
+    changes); a new folder, an empty one and an earlier export (replaced) are written; a path
+    below a file is one line, not a traceback."""
+    bert, bert_hf = exported["bert"]
+    roberta = exported["roberta"][0]
+    before = {p.name: p.read_bytes() for p in roberta.iterdir() if p.is_file()}
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep me")
+    (tmp_path / "afile").write_text("x")
+    capsys.readouterr()
+    for target, needle in (
+        (roberta, "is not empty and holds no earlier export"),
+        (tmp_path / "notes", "is not empty and holds no earlier export"),
+        (tmp_path / "afile" / "sub", "afile is a file"),
+    ):
+        assert main(["export", str(bert), str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in roberta.iterdir() if p.is_file()} == before
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["mine.txt"]
+    (tmp_path / "empty").mkdir()
+    again = tmp_path / "again"
+    for target in (tmp_path / "empty", again, again):  # the second `again` replaces an export
+        assert main(["export", str(bert), str(target)]) == 0
+        assert (target / "model.safetensors").read_bytes() == (bert_hf / "model.safetensors").read_bytes()
+
+
+def test_a_right_to_left_model_says_so_in_its_export(tmp_path, capsys):
+    """``course train causal --causal right-to-left`` reads reversed sequences: the export
+    records it in config.json and the command says how to feed it; a left-to-right one records
+    nothing (control)."""
+    for direction in ("right-to-left", "left-to-right"):
+        model, hf = tmp_path / direction, tmp_path / f"{direction}-hf"
+        assert main(["train", "causal", *TRAIN, "--causal", direction, "--out", str(model)]) == 0
+        capsys.readouterr()
+        assert main(["export", str(model), str(hf)]) == 0
+        said = capsys.readouterr().out
+        config = transformers.AutoConfig.from_pretrained(hf)
+        if direction == "right-to-left":
+            assert config.course_reading_direction == "right-to-left"
+            assert "reads right to left" in said and "text-generation" in said
+        else:
+            assert not hasattr(config, "course_reading_direction") and "right to left" not in said
