@@ -276,3 +276,26 @@ def test_resume_without_a_folder_is_an_error():
 def test_history_round_trip_after_resume(tmp_path):
     h = History(steps=[0], loss=[1.0])
     assert History.from_dict(h.to_dict()) == h
+
+
+def test_ctrl_c_is_one_line_naming_the_state_to_resume(tmp_path):
+    """SIGINT (Ctrl-C) mid-run: exit status 130 and one line naming the last training state
+    and how to continue, not a traceback (the resume itself: the test above)."""
+    out = tmp_path / "run"
+    cmd = ["train", "bert", "--data", "generated", *OBJECTIVES["bert"], "--steps", "4000"]
+    cmd += ["--checkpoint-every", "2", "--out", str(out)]
+    proc = subprocess.Popen(_course(*cmd), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        states = sorted((out / "checkpoints").glob("*/state.pt")) if (out / "checkpoints").exists() else []
+        if states and _done(states[-1]) >= 4:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read().decode().strip()
+    assert proc.wait() == 130, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    last = err.splitlines()[-1]
+    assert "interrupted; the last training state (saved every 2 steps) is in" in last, last
+    assert "--resume" in last and not (out / "model.safetensors").exists()

@@ -75,3 +75,42 @@ def test_resume_without_a_state_says_so(tmp_path, capsys):
     assert _train(tmp_path / "new", "--resume") == 2
     err = capsys.readouterr().err
     assert "no training state" in err and len(err.strip().splitlines()) == 1
+
+
+def test_resume_refuses_another_objectives_states_and_out_refuses_another_model(run, tmp_path, capsys):
+    """A folder holding a BERT run: ``train roberta --resume`` there found no RoBERTa state and
+    used to start afresh over the BERT, silently; now both the resume and a plain run into that
+    folder are one line, and the folder is untouched. Control: ``train bert --resume`` in a copy
+    is accepted (a finished run, loaded)."""
+    import shutil
+
+    copy = tmp_path / "bert-folder"
+    shutil.copytree(run, copy)
+    before = (copy / "model.safetensors").read_bytes()
+    roberta = ["train", "roberta", *BASE, "--out", str(copy)]
+    capsys.readouterr()
+    for extra, needle in (
+        (["--resume"], "are of `course train bert`, not of this `course train roberta` run"),
+        ([], "holds a model trained by `course train bert`; training roberta there"),
+    ):
+        assert main([*roberta, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and len(err.splitlines()) == 1, err
+    assert (copy / "model.safetensors").read_bytes() == before
+    assert _train(copy, "--resume") == 0
+
+
+def test_a_distillation_resume_refuses_a_teacher_retrained_in_place(tmp_path, capsys):
+    """The teacher is recorded by its files, not its path: retraining it in place between the
+    stop and the resume is refused, naming --teacher. Control: the same teacher resumes."""
+    teacher, student = tmp_path / "teacher", tmp_path / "student"
+    assert _train(teacher) == 0
+    distill = ["train", "distill", "--data", "generated", "--n-docs", "40", "--batch-size", "8"]
+    distill += ["--steps", "4", "--layers", "1", "--teacher", str(teacher), "--out", str(student)]
+    assert main(distill) == 0
+    assert main([*distill, "--resume"]) == 0  # control: the finished run, same teacher
+    assert _train(teacher, "--seed", "1") == 0  # retrained in place: other weights, same path
+    capsys.readouterr()
+    assert main([*distill, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot resume" in err and "--teacher files sha256:" in err and len(err.splitlines()) == 1, err

@@ -162,7 +162,7 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is dropped
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (JSON or TOML expected)") from None
     data = _parse_file(path, text)
@@ -201,10 +201,27 @@ _FREE_TO_CHANGE = {
 }
 
 
+def _teacher_fingerprint(folder: Path) -> str:
+    """A hash of a teacher folder's model, configuration and tokenizer files: a resume whose
+    teacher was retrained (or replaced) in place since the stop is refused."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.json"):
+        path = folder / name
+        if path.is_file():
+            digest.update(name.encode())
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return "files sha256:" + digest.hexdigest()[:16]
+
+
 def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     """The options that define a run (flag -> value), recorded in its training state: a
     resume with any of them changed is refused (see :func:`course_lib.train_state.resume_settings`).
-    ``--data`` is the fingerprint of the text's files (names and contents)."""
+    ``--data`` is the fingerprint of the text's files (names and contents), ``--teacher`` that
+    of the teacher folder's files."""
     from ..data.text_files import source_fingerprint
 
     settings: dict[str, Any] = {"objective": objective}
@@ -213,6 +230,9 @@ def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
             continue
         if dest == "text":
             settings["--data"] = source_fingerprint(value)
+            continue
+        if dest == "teacher" and value is not None:  # the teacher's files, not its path
+            settings["--teacher"] = _teacher_fingerprint(Path(value))
             continue
         settings["--" + dest.replace("_", "-")] = (
             value if isinstance(value, (int, float, str, bool)) else (None if value is None else str(value))
@@ -235,9 +255,19 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
         raise ValueError(
             f"--batch-size {batch} does not split over {world} processes: use a multiple of {world}"
         )
+    from ..files import check_output_path
+
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder for the model")
+    check_output_path(out, "--out", folder=True)
+    for option in ("log_dir", "checkpoint_dir", "tensorboard"):
+        if getattr(args, option, None):
+            check_output_path(getattr(args, option), "--" + option.replace("_", "-"), folder=True)
+    previous = _folder_objective(out)
+    if previous is not None and previous != objective:
+        raise ValueError(
+            f"--out {out} holds a model trained by `course train {previous}`; training {objective} "
+            "there would mix two models' files: choose another folder (or delete that one)"
+        )
     choice = getattr(args, "device", None)
     if choice:
         try:
@@ -272,9 +302,63 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
                 )
 
 
-def _has_state(args: argparse.Namespace) -> bool:
+def _folder_objective(folder: Path) -> str | None:
+    """The objective (``course train OBJECTIVE``) of the model a folder holds, from its
+    ``model.json``; None for a folder without one."""
+    try:
+        return json.loads((folder / "model.json").read_text()).get("recipe", {}).get("objective")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _state_objectives(folder: Path) -> dict[str, str | None]:
+    """Each training state in ``folder`` (run name -> the objective its settings record, None
+    when it records none or cannot be read)."""
+    import torch
+
+    found: dict[str, str | None] = {}
+    for path in sorted(folder.glob("*/state.pt")):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            found[path.parent.name] = json.loads(state["extra"]["settings"]).get("objective")
+        except Exception:  # an unreadable or older state: fit's own checks judge it
+            found[path.parent.name] = None
+    return found
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    """The line for a run stopped by Ctrl-C: where its last training state is, if any."""
     folder = Path(getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints")
-    return folder.is_dir() and any(folder.glob("*/state.pt"))
+    every = getattr(args, "checkpoint_every", None)
+    states = sorted(folder.glob("*/state.pt"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    if every and states:
+        return (
+            f"interrupted; the last training state (saved every {every} steps) is in "
+            f"{states[-1].parent}: run the same command with --resume to continue from it"
+        )
+    return (
+        "interrupted; no training state of this run was saved"
+        + ("" if every else " (--checkpoint-every N saves one every N steps, for --resume)")
+        + f"; {args.out} keeps what it held before"
+    )
+
+
+def _resume_refusal(args: argparse.Namespace, objective: str) -> str | None:
+    """Why ``--resume`` cannot continue this command's run, or None: no training state at
+    all, or only the states of another objective's run (whose resume would silently start
+    this one afresh over them)."""
+    folder = Path(getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints")
+    states = _state_objectives(folder) if folder.is_dir() else {}
+    if not states:
+        return f"--resume: no training state in {folder} (nothing to resume; drop --resume to start afresh)"
+    others = {o for o in states.values() if o is not None}
+    if others and objective not in others:
+        return (
+            f"--resume: the training states in {folder} ({', '.join(states)}) are of "
+            f"`course train {', '.join(sorted(others))}`, not of this `course train {objective}` run; "
+            "resume with that command, or give another --checkpoint-dir to start afresh"
+        )
+    return None
 
 
 def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
@@ -305,13 +389,9 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
         if getattr(args, "checkpoint_dir", None) is None and getattr(args, "out", None):
             # every run keeps its final training state, so it can be continued (--force-resume --steps N)
             args.checkpoint_dir = str(Path(args.out) / "checkpoints")
-        if getattr(args, "resume", False) and not _has_state(args):
-            folder = getattr(args, "checkpoint_dir", None) or Path(args.out) / "checkpoints"
-            print(
-                f"course train {objective}: --resume: no training state in {folder} "
-                "(nothing to resume; drop --resume to start afresh)",
-                file=sys.stderr,
-            )
+        refusal = _resume_refusal(args, objective) if getattr(args, "resume", False) else None
+        if refusal:
+            print(f"course train {objective}: {refusal}", file=sys.stderr)
             return 2
         try:
             check_arguments(args, objective)
@@ -323,9 +403,13 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             return 2
         names = ("warmup", "weight_decay", "grad_clip", "keep_last", "dropout")
         overrides = {k: getattr(args, k, None) for k in names}
-        with resume_settings(settings, force=getattr(args, "force_resume", False)):
-            with reading_encoding(getattr(args, "encoding", None)), loop_overrides(**overrides):
-                return run(args)
+        try:
+            with resume_settings(settings, force=getattr(args, "force_resume", False)):
+                with reading_encoding(getattr(args, "encoding", None)), loop_overrides(**overrides):
+                    return run(args)
+        except KeyboardInterrupt:  # Ctrl-C: one line saying what is kept, not a traceback
+            print(f"course train {objective}: {_interrupted(args)}", file=sys.stderr)
+            return 130
 
     return cmd
 
@@ -344,15 +428,21 @@ def _non_negative(kind: type) -> Any:
     return parse
 
 
-def fraction(*, zero: bool) -> Any:
-    """An argparse ``type``: a number in [0, 1) (``zero``) or (0, 1)."""
+def fraction(*, zero: bool, most: float | None = None) -> Any:
+    """An argparse ``type``: a number in [0, 1) (``zero``) or (0, 1), or up to ``most``
+    (included) when given (``--heldout``: every k-th document, so at most every 2nd)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-        if not ((0.0 <= value) if zero else (0.0 < value)) or not value < 1.0:
+        low = (0.0 <= value) if zero else (0.0 < value)
+        if most is not None and low and value > most:
+            raise argparse.ArgumentTypeError(
+                f"must be at most {most} (every k-th one is held out, k = round(1/F) >= 2), got {text}"
+            )
+        if not low or not value < 1.0:
             raise argparse.ArgumentTypeError(f"must be in {'[0' if zero else '(0'}, 1), got {text}")
         return value
 
@@ -378,7 +468,7 @@ def _regularisation_options(q: argparse.ArgumentParser, objective: str) -> None:
     held_default = None if objective == "elmo" else 0.05
     g.add_argument(
         "--heldout",
-        type=fraction(zero=True),
+        type=fraction(zero=True, most=None if objective == "elmo" else 0.5),
         default=held_default,
         metavar="F",
         help="the fraction of the text held out for evaluation (0: none; default "
