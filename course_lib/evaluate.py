@@ -60,6 +60,16 @@ def _inputs(examples: dict[str, torch.Tensor], sl: slice, device: torch.device) 
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def _require_scored(total: int, what: str) -> None:
+    """``ValueError`` when no position of the text was scored: a loss of 0 and a perplexity of
+    1 over nothing would read as a perfect model."""
+    if total == 0:
+        raise ValueError(
+            f"no {what} position of the text could be scored (every word unknown to the model's "
+            "tokenizer, [UNK], is not predicted): give text in the language the model was trained on"
+        )
+
+
 @torch.no_grad()
 def _masked_lm(model, tokenizer, examples, *, seed, batch_size, pll, progress) -> dict[str, float]:
     from .objectives.masking import MLM_PROBABILITY
@@ -81,6 +91,7 @@ def _masked_lm(model, tokenizer, examples, *, seed, batch_size, pll, progress) -
         loss_sum += F.cross_entropy(logits[chosen], target[chosen], reduction="sum").item()
         correct += int((logits[chosen].argmax(-1) == target[chosen]).sum())
         total += int(chosen.sum())
+    _require_scored(total, "masked-LM")
     out = {"mlm_loss": loss_sum / max(total, 1), "mlm_accuracy": correct / max(total, 1), "tokens": total}
     out["perplexity"] = math.exp(min(out["mlm_loss"], 50.0))
     if pll:
@@ -127,6 +138,7 @@ def _causal_lm(model, examples, *, batch_size, progress) -> dict[str, float]:
         loss_sum += F.cross_entropy(logits[real], target[real], reduction="sum").item()
         correct += int((logits[real].argmax(-1) == target[real]).sum())
         total += int(real.sum())
+    _require_scored(total, "next-token")
     loss = loss_sum / max(total, 1)
     return {"lm_loss": loss, "lm_accuracy": correct / max(total, 1), "perplexity": math.exp(min(loss, 50.0))}
 
@@ -150,6 +162,7 @@ def _permutation_lm(model, examples, *, seed, batch_size, progress) -> dict[str,
         loss_sum += F.cross_entropy(logits[real], labels[real], reduction="sum").item()
         correct += int((logits[real].argmax(-1) == labels[real]).sum())
         total += int(real.sum())
+    _require_scored(total, "permutation-LM")
     loss = loss_sum / max(total, 1)
     return {
         "plm_loss": loss,
@@ -333,6 +346,10 @@ def _cmd(args: argparse.Namespace) -> int:
 
     progress = progress_enabled()
     try:
+        if args.json:
+            from .files import check_output_path
+
+            check_output_path(args.json, "--json", folder=False)
         with reading_encoding(args.encoding):
             result = evaluate_folder(
                 args.model,

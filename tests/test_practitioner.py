@@ -160,11 +160,19 @@ def test_dropout_mask_rate_and_heldout_reach_the_recipe(tmp_path, monkeypatch, c
         (["train", "bert", "--dropout", "1"], "--dropout: must be in [0, 1), got 1"),
         (["train", "bert", "--mask-rate", "0"], "--mask-rate: must be in (0, 1), got 0"),
         (["train", "xlnet", "--heldout", "-0.1"], "--heldout: must be in [0, 1), got -0.1"),
+        # every k-th document, k = round(1/F): above 0.5 k would be 1 (everything held out)
+        (["train", "bert", "--heldout", "0.9"], "--heldout: must be at most 0.5 (every k-th one"),
+        (["finetune", "m", "--task", "tag", "--train", "t", "--heldout", "0.7"], "must be at most 0.5"),
         (["train", "xlnet", "--mask-rate", "0.2"], "unrecognized arguments: --mask-rate"),
         (["train", "elmo", "--dropout", "x"], "--dropout: not a number: x"),
     ],
 )
 def test_bad_regularisation_values_are_one_line(argv, named, tmp_path, capsys):
+    from course_lib.data.documents import split_documents
+
+    with pytest.raises(ValueError, match=r"in \(0, 0.5\]"):  # the library refuses it too
+        split_documents(list(range(10)), 0.7)
+    assert split_documents(list(range(10)), 0.5) == ([0, 2, 4, 6, 8], [1, 3, 5, 7, 9])  # control
     with pytest.raises(SystemExit) as stop:
         main([*argv, "--out", str(tmp_path / "o")])
     assert stop.value.code == 2

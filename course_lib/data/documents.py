@@ -84,18 +84,20 @@ def segment_documents(docs: Sequence[Sequence[Sequence[int]]], length: int) -> l
 
 
 def split_documents(documents: Sequence[Any], heldout: Sequence[Any] | float | None) -> tuple[list, list]:
-    """``(training documents, held-out documents)``: ``heldout`` is a fraction (every k-th
-    document is held out; nothing when fewer than 2 would remain on either side), a list of
+    """``(training documents, held-out documents)``: ``heldout`` is a fraction up to 0.5
+    (every k-th document is held out, k = round(1/heldout); nothing when fewer than 2 would
+    remain on either side), a list of
     held-out documents, or ``None``."""
     documents = list(documents)
     if heldout is None:
         return documents, []
     if isinstance(heldout, float):
-        if not 0.0 < heldout < 1.0:
+        if not 0.0 < heldout <= 0.5:
             raise ValueError(
-                f"heldout must be a fraction in (0, 1), a list of documents or None, got {heldout}"
+                f"heldout must be a fraction in (0, 0.5] (every k-th document is held out, "
+                f"k = round(1/heldout) >= 2), a list of documents or None, got {heldout}"
             )
-        k = max(1, round(1 / heldout))
+        k = round(1 / heldout)
         train = [d for i, d in enumerate(documents) if i % k != k - 1]
         held = [d for i, d in enumerate(documents) if i % k == k - 1]
         if len(held) < 2 or len(train) < 2:  # too little text to hold any back: evaluate on nothing

@@ -139,7 +139,8 @@ def _read(path: Path, encoding: str) -> str:
     if what is not None:
         raise ValueError(f"{path} is {what}, not text: give text files (extract archives first)")
     try:
-        text = data.decode(encoding)
+        # a byte-order mark (Windows editors write one) is no character of the text
+        text = data.decode(encoding).removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"{path}: byte {exc.start} ({data[exc.start : exc.start + 1]!r}) is not valid {encoding}; "

@@ -61,7 +61,7 @@ def _read_lines(path: str | Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist" if not path.exists() else f"{path} is not a file")
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8-sig").splitlines()  # -sig: a byte-order mark is dropped
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); convert it to UTF-8") from None
 
@@ -210,12 +210,16 @@ def finetune_folder(
     if task not in TASKS:
         raise ValueError(f"--task must be one of {TASKS}, got {task!r}")
     model_dir, out = Path(model_dir), Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder for the model")
+    from ..files import check_output_path
+
+    check_output_path(out, "--out", folder=True)
     if out.resolve() == model_dir.resolve():
         raise ValueError("--out must differ from the pretrained model's folder")
-    if not 0.0 <= heldout < 1.0:
-        raise ValueError(f"--heldout must be in [0, 1), got {heldout}")
+    if not 0.0 <= heldout <= 0.5:
+        raise ValueError(
+            f"--heldout must be in [0, 0.5] (every k-th example is held out, k = round(1/F) >= 2), "
+            f"got {heldout}"
+        )
     read = read_classification_file if task == "classify" else read_tagging_file
     data = read(train)
     if len(data.labels) < 2:
@@ -380,7 +384,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--heldout",
-        type=fraction(zero=True),
+        type=fraction(zero=True, most=0.5),
         default=0.1,
         metavar="F",
         help="without --eval: hold back every k-th example, k = 1/F (default 0.1; 0: none)",

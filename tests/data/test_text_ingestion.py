@@ -111,3 +111,32 @@ def test_a_batch_that_does_not_split_over_the_processes_is_refused_first(tmp_pat
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["train", "bert", "--batch-size", "15", "--out", str(tmp_path / "o")]) == 2
     assert "--batch-size 15 does not split over 2 processes" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_no_word_label_or_option(tmp_path, capsys):
+    """Windows editors start UTF-8 files with a byte-order mark (U+FEFF). It used to become the
+    first word of the training text and part of the first label of a fine-tuning file (a
+    spurious third class); now text, labelled files and config files drop it. Control: the
+    same files without the mark read the same."""
+    from course_lib.recipes.finetune_command import read_classification_file
+
+    bom = b"\xef\xbb\xbf"
+    for marked in (False, True):
+        head = bom if marked else b""
+        (tmp_path / f"t{marked}.txt").write_bytes(head + b"The cat sat.\r\nIt slept.\r\n")
+        (tmp_path / f"l{marked}.tsv").write_bytes(head + b"pos\tgreat fun\nneg\ti hated it\npos\tlovely\n")
+    text = [read_text_files(tmp_path / f"t{m}.txt") for m in (False, True)]
+    assert text[0] == text[1] and "\ufeff" not in repr(text[1])
+    labelled = [read_classification_file(tmp_path / f"l{m}.tsv") for m in (False, True)]
+    assert labelled[1].labels == labelled[0].labels == ["neg", "pos"]
+    errors = []
+    for marked in (False, True):  # a config file: parsed alike (here, the same refusal of its value)
+        (tmp_path / f"c{marked}.toml").write_bytes((bom if marked else b"") + b"dropout = 1.5\n")
+        assert (
+            main(
+                ["train", "bert", "--config", str(tmp_path / f"c{marked}.toml"), "--out", str(tmp_path / "o")]
+            )
+            == 2
+        )
+        errors.append(capsys.readouterr().err.replace(f"c{marked}", "c"))
+    assert errors[0] == errors[1] and "dropout" in errors[1]
