@@ -74,15 +74,15 @@ def get_device(prefer: str | None = None) -> torch.device:
     """
     choice = prefer or os.environ.get(ENV_VAR, "").strip()
     if choice:
+        # name where the choice came from: the argument (a command's --device), or the environment
+        source = f"device={choice!r}" if prefer else f"{ENV_VAR}={choice!r}"
         device = torch.device(choice)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"{ENV_VAR}={choice!r} asks for CUDA, but torch sees no CUDA device")
+            raise ValueError(f"{source} asks for CUDA, but torch sees no CUDA device")
         if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"{ENV_VAR}={choice!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"
-            )
+            raise ValueError(f"{source}: only {torch.cuda.device_count()} CUDA device(s) are visible")
         if device.type == "mps" and not _mps_available():
-            raise ValueError(f"{ENV_VAR}={choice!r} asks for MPS, but it is not available")
+            raise ValueError(f"{source} asks for MPS, but it is not available")
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")

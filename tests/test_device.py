@@ -22,6 +22,10 @@ def test_asking_for_a_missing_device_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("COURSE_DEVICE", "cuda")
     with pytest.raises(ValueError, match="COURSE_DEVICE='cuda'.*no CUDA"):
         get_device()
+    # an explicit choice (a command's --device) is named as such, not as the environment's
+    monkeypatch.delenv("COURSE_DEVICE")
+    with pytest.raises(ValueError, match="^device='mps' asks for MPS, but it is not available$"):
+        get_device("mps")
 
 
 def test_cpu_runs_in_float32():

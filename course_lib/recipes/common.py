@@ -212,7 +212,8 @@ def add_text_and_out(p: argparse.ArgumentParser, *, out_help: str) -> None:
         help="text files: a file, a folder of *.txt, or a quoted glob "
         "(default: $COURSE_TEXT, else the generated corpus)",
     )
-    p.add_argument("--out", required=True, metavar="DIR", help=out_help)
+    # required, checked after a --config file is read (which may give it as `out`)
+    p.add_argument("--out", default=None, metavar="DIR", help=out_help + " (required)")
 
 
 def add_run_options(p: argparse.ArgumentParser, *, seed: int = 0) -> None:

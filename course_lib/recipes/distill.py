@@ -674,12 +674,16 @@ def _cmd(args: argparse.Namespace) -> int:
         )
 
     def summary(model: nn.Module, tokenizer_, history: History, device: torch.device, seconds: float) -> str:
-        acc = history.evals.get("mlm_accuracy", [float("nan")])[-1]
+        accuracy = history.evals.get("mlm_accuracy")
         return (
             f"distilled a {loaded['teacher'].num_parameters() / 1e6:.2f}M-parameter teacher into a "
             f"{model.num_parameters() / 1e6:.2f}M-parameter student ({args.method}) for "
             f"{len(history.loss)} steps on {device.type} in {seconds:.0f} s; "
-            f"held-out masked-LM accuracy {acc:.3f}"
+            + (
+                f"held-out masked-LM accuracy {accuracy[-1]:.3f}"
+                if accuracy
+                else "no held-out text, so no held-out accuracy"
+            )
         )
 
     def run_train(documents: list, device: torch.device):
@@ -692,9 +696,9 @@ def _cmd(args: argparse.Namespace) -> int:
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--teacher",
-        required=True,
+        default=None,  # required, checked after a --config file is read (which may give it)
         metavar="FOLDER",
-        help="a model folder written by course train bert, roberta or albert",
+        help="a model folder written by course train bert, roberta or albert (required)",
     )
     p.add_argument(
         "--method",

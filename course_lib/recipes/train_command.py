@@ -384,6 +384,17 @@ def _wrap(run: Any, parser: argparse.ArgumentParser, objective: str) -> Any:
             if args.text == "generated":
                 args.text = None
         args._prog = f"course train {objective}"
+        missing = [
+            f"--{name}" for name in ("out", "teacher") if name in vars(args) and getattr(args, name) is None
+        ]
+        if missing:
+            print(
+                f"course train {objective}: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                "required (on the command line, or as "
+                f"{' and '.join(m[2:] for m in missing)} in a --config file)",
+                file=sys.stderr,
+            )
+            return 2
         if getattr(args, "force_resume", False):
             args.resume = True
         if getattr(args, "checkpoint_dir", None) is None and getattr(args, "out", None):

@@ -154,6 +154,25 @@ def test_a_config_file_can_change_a_preset_and_the_command_line_wins_over_it(tmp
     assert seen["pair_task"] is None and seen["steps"] == 5 and seen["mlm_probability"] == 0.3
 
 
+def test_out_and_teacher_may_come_from_the_config_file_and_are_required(tmp_path, capsys):
+    """``out`` (and distill's ``teacher``) are options like the others: a --config file may give
+    them (the command line still wins); given nowhere, one line naming what is missing."""
+    config = tmp_path / "run.toml"
+    out = tmp_path / "from-config"
+    config.write_text(f'out = "{out}"\nsteps = 2\nsize = "tiny"\nbatch-size = 4\nn-docs = 20\n')
+    assert main(["train", "bert", "--config", str(config)]) == 0
+    assert json.loads((out / "model.json").read_text())["history"]["steps"] == [0, 1]
+    capsys.readouterr()
+    for argv, named in (
+        (["train", "bert", "--steps", "2"], "course train bert: --out is required"),
+        (["train", "distill", "--out", str(tmp_path / "d")], "course train distill: --teacher is required"),
+        (["train", "distill"], "--out and --teacher are required"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert named in err and len(err.splitlines()) == 1, err
+
+
 def test_albert_and_distill_train_and_a_distill_run_resumes(tmp_path, monkeypatch):
     """ALBERT through `course train albert`; then a two-stage distillation (TinyBERT's layer
     losses first) of it, killed in its second stage and resumed: the same student."""
@@ -242,3 +261,29 @@ def test_config_values_given_as_strings_convert_as_on_the_command_line(tmp_path)
     path.write_text("steps: 30\n")
     with pytest.raises(ValueError, match="not JSON or TOML"):
         read_config(path, bert)
+
+
+def test_a_distillation_without_held_out_text_says_so_not_nan(tmp_path, capsys):
+    teacher = tmp_path / "teacher"
+    common = ["--data", "generated", "--n-docs", "20", "--batch-size", "4", "--steps", "2"]
+    assert main(["train", "bert", *common, "--size", "tiny", "--out", str(teacher)]) == 0
+    for heldout, said in (
+        ("0", "no held-out text, so no held-out accuracy"),
+        ("0.5", "held-out masked-LM accuracy 0."),
+    ):
+        capsys.readouterr()
+        out = tmp_path / f"student{heldout}"
+        argv = [
+            "train",
+            "distill",
+            "--teacher",
+            str(teacher),
+            *common,
+            "--heldout",
+            heldout,
+            "--out",
+            str(out),
+        ]
+        assert main(argv) == 0
+        printed = capsys.readouterr().out
+        assert said in printed and "nan" not in printed, printed
