@@ -285,6 +285,14 @@ def evaluate_folder(
         raise ValueError(f"{config} is not valid JSON") from None
     dev = get_device(device)
     own = {"ElmoLanguageModel": (_elmo, "biLM"), "TransfoXLLMHeadModel": (_transfo_xl, "LM with memory")}
+    if pll:
+        from .recipes.common import is_masked_lm
+
+        if not is_masked_lm(architecture):
+            raise ValueError(
+                f"--pll: the pseudo-log-likelihood masks each token in turn, so it scores masked LMs; "
+                f"{model_dir} holds a {architecture} (drop --pll for its own scores)"
+            )
     if architecture in own:
         score, kind = own[architecture]
         scores = score(

@@ -99,6 +99,10 @@ def test_text_with_nothing_to_score_is_refused_not_a_perfect_perplexity(models, 
     assert not out.exists()
     assert main(["eval", str(folders["bert"]), "--data", str(held), "--max-rows", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] > 0
+    for other in ("causal", "xlnet"):  # --pll is the masked LM's: refused, not silently ignored
+        assert main(["eval", str(folders[other]), "--data", str(held), "--pll"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--pll: the pseudo-log-likelihood" in err and len(err.splitlines()) == 1, err
     assert main(["eval", str(folders["bert"]), "--data", str(held), "--json", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "--json" in err and "is a folder; give a file" in err and len(err.splitlines()) == 1

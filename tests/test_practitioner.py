@@ -179,6 +179,16 @@ def test_bad_regularisation_values_are_one_line(argv, named, tmp_path, capsys):
     assert named in capsys.readouterr().err
 
 
+def test_a_warmup_as_long_as_the_run_is_refused(tmp_path, capsys):
+    """The learning rate would never reach its peak; control: a shorter warm-up trains."""
+    assert (
+        main(["train", "bert", *TRAIN, "--warmup", "100", "--steps", "3", "--out", str(tmp_path / "o")]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert "--warmup 100 is not below --steps 3" in err and len(err.splitlines()) == 1
+    assert main(["train", "bert", *TRAIN, "--warmup", "2", "--steps", "3", "--out", str(tmp_path / "o")]) == 0
+
+
 def test_regularisation_values_in_a_config_file_are_checked(tmp_path, capsys):
     config = tmp_path / "run.toml"
     config.write_text("dropout = 1.5\n")

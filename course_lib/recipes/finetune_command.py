@@ -70,8 +70,10 @@ def read_classification_file(path: str | Path, labels: list[str] | None = None) 
     """``label<TAB>text`` or ``label<TAB>text_a<TAB>text_b`` lines; ``labels``: the names
     known already (those of the training file, for a held-out file)."""
     raw: list[tuple[str, Any]] = []
+    gaps = 0  # blank lines between examples: CoNLL's sentence breaks
     for number, line in enumerate(_read_lines(path), 1):
         if not line.strip() or line.startswith("#"):
+            gaps += bool(raw) and not line.strip()
             continue
         fields = line.split("\t")
         if len(fields) not in (2, 3) or not all(f.strip() for f in fields):
@@ -86,6 +88,11 @@ def read_classification_file(path: str | Path, labels: list[str] | None = None) 
         raise ValueError(f"{path}: no examples (expected 'label<TAB>text' lines)")
     if len({isinstance(t, tuple) for t, _ in raw}) > 1:
         raise ValueError(f"{path}: some lines hold one text and some a pair; use one kind per file")
+    if gaps and all(isinstance(t, str) and len(t.split()) == 1 for t, _ in raw):
+        raise ValueError(
+            f"{path}: every text is one word and blank lines separate groups of lines: this looks "
+            "like a tagging file (word<TAB>tag); fine-tune a tagger with --task tag"
+        )
     return _ids(path, raw, labels)
 
 
@@ -105,6 +112,11 @@ def read_tagging_file(path: str | Path, labels: list[str] | None = None) -> Labe
             raise ValueError(
                 f"{path}:{number}: expected 'word<TAB>tag' (a blank line between sentences), "
                 f"got {line[:80]!r}"
+            )
+        if len(fields[1].split()) > 1:
+            raise ValueError(
+                f"{path}:{number}: the tag {fields[1].strip()[:40]!r} has spaces; tags are single names, "
+                "so this looks like a 'label<TAB>text' file: fine-tune a classifier with --task classify"
             )
         words.append(fields[0].strip())
         tags.append(fields[1].strip())

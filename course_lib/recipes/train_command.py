@@ -262,6 +262,12 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
     for option in ("log_dir", "checkpoint_dir", "tensorboard"):
         if getattr(args, option, None):
             check_output_path(getattr(args, option), "--" + option.replace("_", "-"), folder=True)
+    warmup, steps = getattr(args, "warmup", None), getattr(args, "steps", None)
+    if warmup is not None and steps is not None and warmup >= steps > 0:
+        raise ValueError(
+            f"--warmup {warmup} is not below --steps {steps}: the learning rate would never reach "
+            "its peak (--lr); use fewer warm-up steps"
+        )
     previous = _folder_objective(out)
     if previous is not None and previous != objective:
         raise ValueError(

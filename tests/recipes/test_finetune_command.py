@@ -252,3 +252,20 @@ def test_bad_models_and_options_are_one_line(pretrained, tmp_path, capsys):
         assert named in err and len(err.splitlines()) == 1, err
     with pytest.raises(SystemExit):
         main([*base, str(models["bert"]), "--out", str(tmp_path / "o"), "--task", "parse"])
+
+
+def test_a_file_of_the_other_task_is_refused_naming_the_right_one(tmp_path):
+    """A CoNLL file given to --task classify used to train a classifier whose labels were its
+    words; a 'label<TAB>text' file given to --task tag one whose tags were whole texts. Both are
+    one error naming the task that fits; controls: each file reads under its own task."""
+    conll = _tagging_file(tmp_path / "t.conll", n=5)
+    tsv = _classification_file(tmp_path / "c.tsv", n=10)
+    with pytest.raises(ValueError, match="looks like a tagging file .*--task tag"):
+        read_classification_file(conll)
+    with pytest.raises(ValueError, match="has spaces; .*--task classify"):
+        read_tagging_file(tsv)
+    assert read_tagging_file(conll).labels == ["ANIMAL", "O"]
+    assert read_classification_file(tsv).labels == ["neg", "pos"]
+    one_words = tmp_path / "words.tsv"  # one-word texts without CoNLL's blank lines still read
+    one_words.write_text("pos\tgreat\nneg\tawful\npos\tlovely\n")
+    assert read_classification_file(one_words).labels == ["neg", "pos"]
