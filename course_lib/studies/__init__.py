@@ -353,6 +353,35 @@ def restamp(name: str, *, root: Path | str | None = None, golden_root: Path | st
     return path
 
 
+def _check_target(path: Path, name: str, quick: bool) -> None:
+    """``ValueError`` before any seed runs when writing ``path`` would destroy something: a
+    file that is not results of study ``name``, or its full results under a ``quick`` test run
+    (the default path is the stored results every chapter loads)."""
+    from ..files import check_output_path
+
+    if not str(path).strip():
+        raise ValueError("--out is empty; give a results file")
+    check_output_path(path, "--out", folder=False)
+    if not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        old = None
+    if not isinstance(old, dict) or old.get("study") != name:
+        held = (
+            f"the results of study {old['study']}"
+            if isinstance(old, dict) and "study" in old
+            else "another file"
+        )
+        raise ValueError(f"--out {path} holds {held}, not {name}'s results: give a new path")
+    if quick and not old.get("quick", False):
+        raise ValueError(
+            f"--out {path} holds {name}'s full results; a --quick test run would replace them: "
+            "give --out a new path"
+        )
+
+
 def run_study(
     name: str,
     *,
@@ -369,7 +398,11 @@ def run_study(
             "file knowing; a study chooses its own seeds (--seeds), so unset it"
         )
     seeds = tuple(study.seeds if seeds is None else seeds)
+    bad = [s for s in seeds if not 0 <= s < 2**63]
+    if bad:
+        raise ValueError(f"--seeds: {bad[0]} is not a seed (0 to 2**63 - 1)")
     path = Path(out) if out is not None else results_path(name)
+    _check_target(path, name, quick)
     data: dict[str, Any] = {
         "study": name,
         "description": study.description,
@@ -498,8 +531,22 @@ def _cmd(args) -> int:
         for n in study_names():
             print(f"{n}: {get_study(n).description}")
         return 0
+    if args.action in ("run", "golden", "restamp") and not args.name:
+        print(f"course study {args.action}: name a study (`course study list`)", file=sys.stderr)
+        return 2
+    if args.name and args.name not in study_names():
+        print(
+            f"course study {args.action}: no study named {args.name!r}; "
+            f"the studies are: {', '.join(study_names())}",
+            file=sys.stderr,
+        )
+        return 2
     if args.action == "run":
-        run_study(args.name, seeds=args.seeds, quick=args.quick, out=args.out)
+        try:
+            run_study(args.name, seeds=args.seeds, quick=args.quick, out=args.out)
+        except ValueError as e:
+            print(f"course study run: {e}", file=sys.stderr)
+            return 2
         return 0
     if args.action == "golden":
         print(write_golden(args.name))

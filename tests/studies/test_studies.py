@@ -135,6 +135,39 @@ def test_unknown_study_and_the_command_line(tmp_path, capsys):
     assert json.loads((tmp_path / "t.json").read_text())["seeds"]["3"]["results"]["b"]["x"] == 6.0
 
 
+def test_a_run_never_replaces_full_results_or_foreign_files(tmp_path, capsys):
+    """`course study run NAME --quick` used to overwrite NAME's stored full results (the
+    default --out), which the chapter then refused to load; and any file at --out. Now refused
+    before any seed runs, one line; controls: a new path, more seeds of the same full run and a
+    quick run over a quick one are written."""
+    full, quick = tmp_path / "full.json", tmp_path / "quick.json"
+    run_study("toy", seeds=[0], out=full, log=lambda _: None)
+    run_study("toy", seeds=[0], out=quick, quick=True, log=lambda _: None)
+    before = full.read_bytes()
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "adir").mkdir()
+    capsys.readouterr()
+    for out, extra, said in (
+        (full, ["--quick"], "holds toy's full results; a --quick test run would replace them"),
+        (tmp_path / "notes.txt", [], "holds another file, not toy's results"),
+        (tmp_path / "adir", [], "is a folder; give a file"),
+        (tmp_path / "notes.txt" / "x.json", [], "notes.txt is a file"),
+        (tmp_path / "n.json", ["--seeds", str(2**64)], "is not a seed"),
+    ):
+        assert course_main(["study", "run", "toy", *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err
+    assert full.read_bytes() == before and (tmp_path / "notes.txt").read_text() == "mine"
+    for name in ("nope",):  # an unknown study: one line for each action that takes a name
+        for action in ("run", "golden", "restamp", "check"):
+            assert course_main(["study", action, name]) == 2
+            err = capsys.readouterr().err.strip()
+            assert "no study named 'nope'" in err and len(err.splitlines()) == 1, err
+    assert course_main(["study", "run", "toy", "--seeds", "1", "--out", str(full)]) == 0  # more seeds
+    assert sorted(json.loads(full.read_text())["seeds"]) == ["0", "1"]
+    assert course_main(["study", "run", "toy", "--quick", "--out", str(quick)]) == 0
+
+
 def test_chapter_3_study_runs_in_quick_mode(tmp_path):
     """The whole study at toy size: every arm and metric the chapter reads is produced."""
     with one_thread():  # the golden run's setting
