@@ -189,6 +189,15 @@ def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Mo
     return load_pretrained(model_dir, device=device)
 
 
+def _earlier_finetune_task(folder: Path) -> str | None:
+    """The ``--task`` of the fine-tune a folder holds (its ``model.json``), else None."""
+    try:
+        recipe = json.loads((folder / "model.json").read_text()).get("recipe", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recipe.get("task") if recipe.get("command") == "course finetune" else None
+
+
 def finetune_folder(
     model_dir: str | Path,
     task: str,
@@ -225,6 +234,15 @@ def finetune_folder(
     from ..files import check_output_path
 
     check_output_path(out, "--out", folder=True)
+    if out.is_dir() and any(out.iterdir()):
+        earlier = _earlier_finetune_task(out)
+        if earlier != task:
+            held = f"a --task {earlier} fine-tune" if earlier else "files that are not an earlier fine-tune"
+            raise ValueError(
+                f"--out {out} holds {held}; a --task {task} fine-tune would overwrite or mix with them: "
+                "give a new or empty folder (an earlier --task "
+                f"{task} fine-tune's folder is replaced)"
+            )
     if out.resolve() == model_dir.resolve():
         raise ValueError("--out must differ from the pretrained model's folder")
     if not 0.0 <= heldout <= 0.5:

@@ -268,11 +268,11 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
             f"--warmup {warmup} is not below --steps {steps}: the learning rate would never reach "
             "its peak (--lr); use fewer warm-up steps"
         )
-    previous = _folder_objective(out)
-    if previous is not None and previous != objective:
+    held = _folder_holds(out) if objective != "finetune" else None  # finetune has its own rule
+    if held is not None and held != f"a model trained by `course train {objective}`":
         raise ValueError(
-            f"--out {out} holds a model trained by `course train {previous}`; training {objective} "
-            "there would mix two models' files: choose another folder (or delete that one)"
+            f"--out {out} holds {held}; training {objective} there would mix two models' files: "
+            "choose another folder (or delete that one)"
         )
     choice = getattr(args, "device", None)
     if choice:
@@ -308,13 +308,23 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
                 )
 
 
-def _folder_objective(folder: Path) -> str | None:
-    """The objective (``course train OBJECTIVE``) of the model a folder holds, from its
-    ``model.json``; None for a folder without one."""
+def _folder_holds(folder: Path) -> str | None:
+    """What model a folder holds, in words (``"a model trained by `course train bert`"``, a
+    fine-tuned model, ...), from its ``model.json`` or ``config.json``; None when it holds
+    neither (a new or empty folder, or only other files, which training does not touch)."""
     try:
-        return json.loads((folder / "model.json").read_text()).get("recipe", {}).get("objective")
+        record = json.loads((folder / "model.json").read_text())
+        recipe = record.get("recipe", {})
+        if recipe.get("command") == "train" and recipe.get("objective"):
+            return f"a model trained by `course train {recipe['objective']}`"
+        return (
+            f"a {record.get('architecture', 'model')} written by `{recipe.get('command', 'another command')}`"
+        )
+    except FileNotFoundError:
+        pass
     except (OSError, ValueError, AttributeError):
-        return None
+        return "a model record (model.json) that is not readable"
+    return "a config.json of something else" if (folder / "config.json").exists() else None
 
 
 def _state_objectives(folder: Path) -> dict[str, str | None]:

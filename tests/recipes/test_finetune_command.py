@@ -269,3 +269,51 @@ def test_a_file_of_the_other_task_is_refused_naming_the_right_one(tmp_path):
     one_words = tmp_path / "words.tsv"  # one-word texts without CoNLL's blank lines still read
     one_words.write_text("pos\tgreat\nneg\tawful\npos\tlovely\n")
     assert read_classification_file(one_words).labels == ["neg", "pos"]
+
+
+def test_fine_tuning_never_overwrites_what_is_not_an_earlier_fine_tune_of_its_task(
+    pretrained, tmp_path, capsys
+):
+    """--out with the user's files, or a tagger's folder for a classifier, is refused (nothing
+    changes); an earlier fine-tune of the same task is replaced (control). `course train` into a
+    fine-tuned folder is refused the same way."""
+    _, models = pretrained
+    cls_data, tag_data = (
+        _classification_file(tmp_path / "c.tsv", n=20),
+        _tagging_file(tmp_path / "t.conll", n=20),
+    )
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_text("my own")
+    tagger = tmp_path / "tagger"
+    tag = ["finetune", str(models["bert"]), "--task", "tag", "--train", str(tag_data), "--steps", "1"]
+    assert main([*tag, "--out", str(tagger)]) == 0
+    before = (tagger / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    classify = [
+        "finetune",
+        str(models["bert"]),
+        "--task",
+        "classify",
+        "--train",
+        str(cls_data),
+        "--steps",
+        "1",
+    ]
+    for out, said in (
+        (mine, "holds files that are not an earlier fine-tune"),
+        (tagger, "holds a --task tag fine-tune"),
+    ):
+        assert main([*classify, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err
+    assert (mine / "config.json").read_text() == "my own" and (
+        tagger / "model.safetensors"
+    ).read_bytes() == before
+    assert main([*tag, "--out", str(tagger), "--seed", "1"]) == 0  # the same task: replaced
+    assert (tagger / "model.safetensors").read_bytes() != before
+    capsys.readouterr()
+    train = ["train", "bert", "--data", "generated", "--size", "tiny", "--n-docs", "40", "--steps", "2"]
+    assert main([*train, "--out", str(tagger)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds a BertForTokenClassification written by `course finetune`" in err, err
