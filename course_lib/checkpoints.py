@@ -143,7 +143,16 @@ def load_checkpoint(path: Path | str, model: nn.Module) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    missing, unexpected = load_model(model, path, strict=True, device=str(model_device(model)))
+    from safetensors import SafetensorError
+
+    try:
+        missing, unexpected = load_model(model, path, strict=True, device=str(model_device(model)))
+    except (RuntimeError, SafetensorError) as exc:  # a truncated or corrupt file, or another model's
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"{path}: cannot load these weights into a {type(model).__name__} ({first}); "
+            "the file is damaged or holds another model's weights"
+        ) from None
     meta_path = path.with_suffix(".json")
     return json.loads(meta_path.read_text()) if meta_path.exists() else {}
 

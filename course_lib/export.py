@@ -192,7 +192,9 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     source, out = Path(source), Path(out)
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} is not a model folder written by `course train` (no config.json)")
-    architecture = json.loads((source / "config.json").read_text()).get("architecture", "BertForPreTraining")
+    from .recipes.common import saved_architecture
+
+    architecture = saved_architecture(source)  # a ValueError naming the file when it is not JSON
     if architecture not in EXPORTABLE:
         raise ValueError(
             f"{source} holds a {architecture}: course export writes the pretrained models of "

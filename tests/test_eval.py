@@ -201,3 +201,36 @@ def test_evaluations_are_written_as_they_happen(tmp_path):
         )
     rows = list(csv.reader((tmp_path / "run-evals.csv").open()))
     assert rows[0] == ["step", "score"] and [int(r[0]) for r in rows[1:]] == [1, 3, 5]
+
+
+def test_a_damaged_model_folder_is_one_line_naming_the_file(models, tmp_path, capsys):
+    """A truncated model.safetensors, another model's weights, and a config.json that is not
+    JSON: each is one line naming the file, from `course eval` and from `load_pretrained` (a
+    ValueError, not the safetensors or JSON parser's own error). Control: the intact folder."""
+    import shutil
+
+    from course_lib.recipes.common import load_pretrained
+
+    folders, held = models
+    cases = {}
+    for name, damage in (
+        (
+            "truncated",
+            lambda f: (f / "model.safetensors").write_bytes((f / "model.safetensors").read_bytes()[:1000]),
+        ),
+        ("other", lambda f: shutil.copy(folders["xlnet"] / "model.safetensors", f / "model.safetensors")),
+        ("badjson", lambda f: (f / "config.json").write_text("{not json")),
+    ):
+        folder = tmp_path / name
+        shutil.copytree(folders["bert"], folder)
+        damage(folder)
+        cases[name] = folder
+    capsys.readouterr()
+    for name, folder in cases.items():
+        named = "config.json is not valid JSON" if name == "badjson" else "model.safetensors: cannot load"
+        with pytest.raises(ValueError, match=named):
+            load_pretrained(folder)
+        assert main(["eval", str(folder), "--data", str(held), "--max-rows", "2"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert named in err and len(err.splitlines()) == 1, err
+    load_pretrained(folders["bert"])  # control

@@ -592,7 +592,12 @@ def load_model(
     must be a subclass of ``expected``; unknown configuration fields are an error.
     """
     folder = require_files(path, ("config.json", "model.safetensors", *files), command)
-    config = json.loads((folder / "config.json").read_text())
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"{folder / 'config.json'} is not valid JSON") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{folder / 'config.json'}: expected a JSON object of configuration fields")
     architecture = config.pop("architecture", default_architecture)
     try:
         cls = registered_class(architecture)
