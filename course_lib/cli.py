@@ -32,11 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args._argv = argv  # (course train re-reads its options over a --config file's values)
-    return int(args.func(args) or 0)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        args._argv = argv  # (course train re-reads its options over a --config file's values)
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C anywhere: one line and the shell's status for SIGINT
+        words = argv[:2] if argv[:1] in (["train"], ["study"], ["notebooks"]) else argv[:1]
+        print(" ".join(["course", *words]) + ": interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -299,3 +299,24 @@ def test_ctrl_c_is_one_line_naming_the_state_to_resume(tmp_path):
     last = err.splitlines()[-1]
     assert "interrupted; the last training state (saved every 2 steps) is in" in last, last
     assert "--resume" in last and not (out / "model.safetensors").exists()
+
+
+def test_ctrl_c_in_any_command_is_one_line(monkeypatch, capsys):
+    """Every `course` command, not only training: Ctrl-C (KeyboardInterrupt) anywhere is one
+    line naming the command and exit status 130. Control: the command runs when not stopped."""
+    from course_lib import cli
+
+    calls = {"n": 0}
+    real = cli.build_parser
+
+    def parser_then_stop():
+        parser = real()
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", parser_then_stop)
+    assert cli.main(["study", "list"]) == 130
+    assert capsys.readouterr().err.strip() == "course study list: interrupted"
+    assert cli.main(["study", "list"]) == 0  # control
