@@ -85,6 +85,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -632,6 +633,15 @@ def _cmd(args: argparse.Namespace) -> int:
             raise ValueError(f"--peak-n must be positive, got {args.peak_n}")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be positive, got {args.threads}")
+        from ..files import check_output_path
+
+        for option, value in (("--json", args.json), ("--markdown", args.markdown)):
+            if value is not None:  # checked before the minutes of timing, not after
+                if not str(value).strip():
+                    raise ValueError(f"{option} is empty; give a file")
+                check_output_path(value, option, folder=False)
+        if args.json is not None and args.markdown is not None and Path(args.json) == Path(args.markdown):
+            raise ValueError("--json and --markdown name the same file; give two")
         try:
             device = get_device(args.device)
         except RuntimeError as e:  # torch.device("nonsense")

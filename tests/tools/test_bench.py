@@ -186,6 +186,11 @@ def test_compile_compiles_both_sides_and_reports_the_first_step(
         (["--hidden", "30", "--heads", "4"], ["--hidden 30", "--heads 4"]),
         (["--repeats", "0"], ["--repeats"]),
         (["--device", "nonsense"], ["--device 'nonsense'"]),
+        # output paths are checked before the timing, not after it (a traceback then)
+        (["--json", "/"], ["--json / is a folder; give a file"]),
+        (["--markdown", f"{__file__}/x.md"], ["--markdown", "test_bench.py is a file"]),
+        (["--json", ""], ["--json is empty"]),
+        (["--json", "r.md", "--markdown", "r.md"], ["--json and --markdown name the same file"]),
     ],
 )
 def test_bad_input_is_a_clear_error(argv, words, capsys):
