@@ -412,6 +412,13 @@ def _cmd(args) -> int:
     if not names:
         print("course release: name the assignments (e.g. 02_transformer) or pass --all", file=sys.stderr)
         return 2
+    from ..files import check_output_path
+
+    try:
+        check_output_path(ex_dir, "--exercises", folder=True)
+    except ValueError as exc:
+        print(f"course release: {exc}", file=sys.stderr)
+        return 2
     status = 0
     for name in dict.fromkeys(names):
         path = Path(name)

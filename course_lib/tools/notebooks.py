@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -365,9 +366,33 @@ def _cmd(args) -> int:
         return 2
     status = 0
     for p in args.paths:
+        path = Path(p)
+        if not path.is_file() or path.suffix != ".ipynb":
+            what = "does not exist" if not path.exists() else "is not a notebook (.ipynb) file"
+            print(f"course notebooks {args.action}: {p} {what}", file=sys.stderr)
+            status = 2
+            continue
+        try:
+            nbformat.read(str(path), as_version=4)
+        except Exception as exc:  # not JSON, not a notebook
+            print(
+                f"course notebooks {args.action}: {p} is not a readable notebook ({type(exc).__name__})",
+                file=sys.stderr,
+            )
+            status = 2
+            continue
         if args.action == "refresh":
             print(f"executing {p} ...", flush=True)
-            refresh(p)
+            try:
+                refresh(p)
+            except Exception as exc:  # a cell that raises: the stored file is left as it was
+                first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
+                print(
+                    f"course notebooks refresh: {p}: a cell failed ({first}); the file is unchanged",
+                    file=sys.stderr,
+                )
+                status = 1
+                continue
         problems = check_chapter(p) if args.chapter else check_notebook(p)
         for msg in problems:
             print(msg)

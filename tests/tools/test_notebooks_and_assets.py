@@ -237,3 +237,26 @@ def test_compare_executed_unchecked_cells_may_print_anything_checked_ones_not_an
     fresh = _nb(("f()", [_stream("a\n"), _stream("warn\n", "stderr")], []), ("g()", [_stream("0.123\n")], []))
     [problem] = compare_executed(stored, fresh)
     assert "stderr" in problem
+
+
+def test_notebooks_and_release_refuse_bad_paths_in_one_line(tmp_path, capsys):
+    """A missing path, a file that is not a notebook and a folder: one line each from
+    `course notebooks check` (exit 2), as `setup` already did; `course release` refuses an
+    --exercises path below a file before writing anything."""
+    from course_lib.cli import main as course_main
+
+    (tmp_path / "bad.ipynb").write_text("not json")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for path, said in (
+        (tmp_path / "missing.ipynb", "does not exist"),
+        (tmp_path / "bad.ipynb", "is not a readable notebook"),
+        (tmp_path / "folder", "is not a notebook (.ipynb) file"),
+    ):
+        assert course_main(["notebooks", "check", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err
+    target = tmp_path / "afile" / "sub"
+    assert course_main(["release", "02_transformer", "--exercises", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "afile is a file" in err and len(err.splitlines()) == 1, err
