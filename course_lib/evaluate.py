@@ -60,6 +60,22 @@ def _inputs(examples: dict[str, torch.Tensor], sl: slice, device: torch.device) 
     return {k: v.to(device) for k, v in batch.items()}
 
 
+# above this share of [UNK] among a text's real tokens, eval refuses to score it
+MOSTLY_UNKNOWN = 0.5
+
+
+def _unknown_fraction(tokenizer: Any, examples: dict[str, torch.Tensor]) -> float:
+    """The share of ``[UNK]`` (or ``<unk>``) among the real (non-padding) tokens of ``examples``;
+    0 for a tokenizer without one (byte-level BPE has no unknown tokens)."""
+    unk = next(
+        (tokenizer.token_to_id(t) for t in ("[UNK]", "<unk>") if tokenizer.token_to_id(t) is not None), None
+    )
+    if unk is None:
+        return 0.0
+    real = examples["attention_mask"].bool()
+    return float((examples["input_ids"][real] == unk).float().mean()) if real.any() else 0.0
+
+
 def _require_scored(total: int, what: str) -> None:
     """``ValueError`` when no position of the text was scored: a loss of 0 and a perplexity of
     1 over nothing would read as a perfect model."""
@@ -326,6 +342,12 @@ def evaluate_folder(
     n = int(examples["input_ids"].size(0))
     if n == 0:
         raise ValueError(f"{data}: no rows to score")
+    unknown = _unknown_fraction(tokenizer, examples)
+    if unknown >= MOSTLY_UNKNOWN:
+        raise ValueError(
+            f"{data}: {100 * unknown:.0f}% of the text's tokens are unknown to the model's tokenizer "
+            "([UNK]): its scores would measure nothing; give text in the language the model was trained on"
+        )
     if architecture.startswith("XLNet"):
         scores = _permutation_lm(model, examples, seed=seed, batch_size=batch_size, progress=progress)
         kind = "permutation LM"

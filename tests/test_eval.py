@@ -85,18 +85,24 @@ def test_eval_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys):
 
 def test_text_with_nothing_to_score_is_refused_not_a_perfect_perplexity(models, tmp_path, capsys):
     """Chinese text for an English WordPiece model is all [UNK], which the masked LM never
-    predicts: zero scored tokens used to print loss 0 and perplexity 1. Now one line, exit 2,
-    no JSON; control: the English held-out text scores. A --json path that is a folder is one
+    predicts: zero scored tokens used to print loss 0 and perplexity 1 (and the causal LM and
+    XLNet scored predicting [UNK] from [UNK]). Now one line, exit 2, no JSON; control: the
+    English held-out text scores. A --json path that is a folder is one
     line too, before any scoring."""
     folders, held = models
     zh = tmp_path / "zh.txt"
     zh.write_text("今天天气很好。我们去公园散步吧。\n\n猫坐在垫子上。狗在院子里跑。\n", encoding="utf-8")
     out = tmp_path / "scores.json"
     capsys.readouterr()
-    assert main(["eval", str(folders["bert"]), "--data", str(zh), "--json", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "no masked-LM position of the text could be scored" in err and len(err.splitlines()) == 1
-    assert not out.exists()
+    for kind in ("bert", "causal", "xlnet"):  # every tokenised model: its scores would measure nothing
+        assert main(["eval", str(folders[kind]), "--data", str(zh), "--json", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "of the text's tokens are unknown to the model's tokenizer" in err, err
+        assert len(err.splitlines()) == 1 and not out.exists()
+    from course_lib.evaluate import _require_scored  # the masked LM's own guard behind it
+
+    with pytest.raises(ValueError, match="no masked-LM position of the text could be scored"):
+        _require_scored(0, "masked-LM")
     assert main(["eval", str(folders["bert"]), "--data", str(held), "--max-rows", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] > 0
     for other in ("causal", "xlnet"):  # --pll is the masked LM's: refused, not silently ignored

@@ -179,6 +179,16 @@ def test_bad_regularisation_values_are_one_line(argv, named, tmp_path, capsys):
     assert named in capsys.readouterr().err
 
 
+def test_an_empty_out_and_a_grader_count_of_zero_are_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an empty --out used to write the model into the current folder
+    assert main(["train", "bert", *TRAIN, "--steps", "2", "--out", ""]) == 2
+    assert "--out is empty" in capsys.readouterr().err and not any(tmp_path.iterdir())
+    with pytest.raises(SystemExit):
+        main(["grade", "x.ipynb", "--out", "g", "--jobs", "0"])
+    err = capsys.readouterr().err
+    assert "--jobs: must be positive, got 0" in err and "_positive_int" not in err
+
+
 def test_a_warmup_as_long_as_the_run_is_refused(tmp_path, capsys):
     """The learning rate would never reach its peak; control: a shorter warm-up trains."""
     assert (

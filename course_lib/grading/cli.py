@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from . import release as _release
@@ -36,16 +37,22 @@ def _grade_cmd(args) -> int:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text}") from None
     if value < 1:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
     if not value > 0:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 
 

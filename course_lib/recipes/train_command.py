@@ -257,6 +257,8 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
         )
     from ..files import check_output_path
 
+    if not str(args.out).strip():  # Path("") is the current folder: never what was meant
+        raise ValueError("--out is empty; give a folder for the model")
     out = Path(args.out)
     check_output_path(out, "--out", folder=True)
     for option in ("log_dir", "checkpoint_dir", "tensorboard"):

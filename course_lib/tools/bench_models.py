@@ -103,7 +103,8 @@ class BenchShape:
     def validate(self) -> None:
         for name in ("batch", "seq", "layers", "hidden", "heads", "vocab", "d_ff"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+                option = "--intermediate" if name == "d_ff" else f"--{name}"  # the option that sets it
+                raise ValueError(f"{option} must be positive, got {getattr(self, name)}")
         if self.hidden % self.heads:
             raise ValueError(f"--hidden {self.hidden} must be divisible by --heads {self.heads}")
         if self.hidden % 2:

@@ -190,6 +190,7 @@ def test_compile_compiles_both_sides_and_reports_the_first_step(
         (["--json", "/"], ["--json / is a folder; give a file"]),
         (["--markdown", f"{__file__}/x.md"], ["--markdown", "test_bench.py is a file"]),
         (["--json", ""], ["--json is empty"]),
+        (["--intermediate", "0"], ["--intermediate must be positive"]),  # the option, not the field
         (["--json", "r.md", "--markdown", "r.md"], ["--json and --markdown name the same file"]),
     ],
 )
