@@ -301,6 +301,11 @@ def evaluate_folder(
         raise ValueError(f"{config} is not valid JSON") from None
     dev = get_device(device)
     own = {"ElmoLanguageModel": (_elmo, "biLM"), "TransfoXLLMHeadModel": (_transfo_xl, "LM with memory")}
+    if (model_dir / "labels.json").is_file():  # a `course finetune` folder: a classifier or tagger
+        raise ValueError(
+            f"{model_dir} holds a fine-tuned {architecture}: course eval scores the language models "
+            "`course train` writes; the fine-tune's held-out accuracy is in its metrics.json"
+        )
     if pll:
         from .recipes.common import is_masked_lm
 

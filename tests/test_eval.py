@@ -240,3 +240,25 @@ def test_a_damaged_model_folder_is_one_line_naming_the_file(models, tmp_path, ca
         err = capsys.readouterr().err.strip()
         assert named in err and len(err.splitlines()) == 1, err
     load_pretrained(folders["bert"])  # control
+
+
+def test_a_fine_tuned_or_elmo_folder_is_pointed_where_it_belongs(models, tmp_path, capsys):
+    """`course eval` on a `course finetune` folder says what it holds (not "unknown architecture"),
+    and `load_pretrained` on an ELMo folder names ELMo's loader (not "tokenizer.json is missing")."""
+    import shutil
+
+    from course_lib.recipes.common import load_pretrained
+
+    folders, held = models
+    tuned = tmp_path / "tuned"
+    shutil.copytree(folders["bert"], tuned)
+    (tuned / "labels.json").write_text('{"labels": ["neg", "pos"]}')
+    capsys.readouterr()
+    assert main(["eval", str(tuned), "--data", str(held)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds a fine-tuned" in err and "metrics.json" in err and len(err.splitlines()) == 1, err
+    elmo = tmp_path / "elmo"
+    elmo.mkdir()
+    (elmo / "config.json").write_text('{"architecture": "ElmoLanguageModel"}')
+    with pytest.raises(ValueError, match="load_pretrained_elmo"):
+        load_pretrained(elmo)

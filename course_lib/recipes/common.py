@@ -783,7 +783,12 @@ def load_pretrained(
     """``(model in eval mode, tokenizer)`` of a folder written by :func:`save_pretrained` (``course
     train``): the class is the registered one its ``config.json`` names (:func:`load_model`;
     ``BertForPreTraining`` when it names none) and must be a kind of ``expected``, plus
-    ``tokenizer.json``."""
+    ``tokenizer.json``. An ELMo folder (a vocabulary, no tokenizer) is pointed to its loader."""
+    if (Path(path) / "config.json").is_file() and saved_architecture(path) == "ElmoLanguageModel":
+        raise ValueError(
+            f"{path} holds an ELMo biLM (a word vocabulary, no tokenizer.json): load it with "
+            "course_lib.recipes.elmo.load_pretrained_elmo"
+        )
     model, folder = load_model(
         path,
         ("tokenizer.json",),

@@ -270,6 +270,21 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
             f"--warmup {warmup} is not below --steps {steps}: the learning rate would never reach "
             "its peak (--lr); use fewer warm-up steps"
         )
+    architecture = getattr(args, "architecture", None)
+    if architecture and objective in MASKED_LM:
+        from .common import MASKED_LMS, MODEL_CLASSES, is_masked_lm
+
+        known = ", ".join(c.__name__ for c in MASKED_LMS)
+        if architecture not in MODEL_CLASSES:
+            raise ValueError(
+                f"--architecture: unknown architecture {architecture!r}; `course train {objective}` "
+                f"trains one of {known}"
+            )
+        if not is_masked_lm(architecture):
+            raise ValueError(
+                f"--architecture {architecture} is not a masked LM: `course train {objective}` trains "
+                f"one of {known} ({architecture} has its own objective: see `course train --help`)"
+            )
     held = _folder_holds(out) if objective != "finetune" else None  # finetune has its own rule
     if held is not None and held != f"a model trained by `course train {objective}`":
         raise ValueError(

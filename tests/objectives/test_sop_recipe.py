@@ -441,6 +441,11 @@ def test_cli_pair_task_none_keeps_no_nsp_and_reports_mismatches(tmp_path, capsys
     assert "pair_objective=None" in capsys.readouterr().err
     assert course_main([*base, "--architecture", "NoSuchModel"]) == 2
     assert "unknown architecture 'NoSuchModel'" in capsys.readouterr().err
+    assert course_main([*base, "--architecture", "XLNetLMHeadModel"]) == 2  # registered, not a masked LM
+    err = capsys.readouterr().err.strip()
+    assert (
+        "XLNetLMHeadModel is not a masked LM" in err and "pair_task" not in err and len(err.splitlines()) == 1
+    )
     assert not bad.exists()
     with pytest.raises(SystemExit):
         course_main([*base, "--no-nsp", "--pair-task", "sop"])
