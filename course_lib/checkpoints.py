@@ -153,8 +153,31 @@ def load_checkpoint(path: Path | str, model: nn.Module) -> dict[str, Any]:
             f"{path}: cannot load these weights into a {type(model).__name__} ({first}); "
             "the file is damaged or holds another model's weights"
         ) from None
-    meta_path = path.with_suffix(".json")
-    return json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    return read_metadata(path)
+
+
+def read_metadata(path: Path | str) -> dict[str, Any]:
+    """The metadata :func:`save_checkpoint` wrote beside the checkpoint ``path`` (its ``.json``
+    record), read without loading the weights: ``{}`` when there is none, a ``ValueError``
+    naming the file when it is not a readable JSON object."""
+    meta_path = Path(path).with_suffix(".json")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8 or not JSON
+        raise ValueError(f"{meta_path} is not a readable model record ({type(exc).__name__})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_path} is not a readable model record (not a JSON object)")
+    return meta
+
+
+def saved_recipe(folder: Path | str) -> dict[str, Any]:
+    """The recipe (command, objective, task, settings) that a model folder's record
+    (``model.json``, beside ``model.safetensors``) holds: ``{}`` when it records none;
+    ``ValueError`` as :func:`read_metadata` when the record is not readable."""
+    recipe = read_metadata(Path(folder) / "model.safetensors").get("recipe")
+    return recipe if isinstance(recipe, dict) else {}
 
 
 def rng_state() -> dict[str, Any]:

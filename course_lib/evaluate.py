@@ -33,13 +33,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .checkpoints import saved_recipe
+
 __all__ = ["evaluate_folder", "register", "main"]
 
 
 def _rows(model_dir: Path, documents: list, tokenizer: Any, max_len: int | None) -> dict[str, torch.Tensor]:
     from .objectives.pretraining import pretraining_examples
 
-    length = max_len or _recipe(model_dir).get("max_len") or 128
+    length = max_len or saved_recipe(model_dir).get("max_len") or 128
     return pretraining_examples(documents, tokenizer, max_len=int(length), pair_task=None, row_unit="block")
 
 
@@ -187,12 +189,6 @@ def _permutation_lm(model, examples, *, seed, batch_size, progress) -> dict[str,
     }
 
 
-def _recipe(model_dir: Path) -> dict[str, Any]:
-    meta_path = model_dir / "model.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return meta.get("recipe") or {}
-
-
 @torch.no_grad()
 def _elmo(model_dir: Path, data: str, *, batch_size, max_len, max_rows, device, progress) -> dict[str, Any]:
     from .data.text_files import load_sentences
@@ -204,7 +200,7 @@ def _elmo(model_dir: Path, data: str, *, batch_size, max_len, max_rows, device, 
         sentences = sentences[:max_rows]
     if not sentences:
         raise ValueError(f"{data}: no sentences to score")
-    length = int(max_len or _recipe(model_dir).get("max_len") or 64)
+    length = int(max_len or saved_recipe(model_dir).get("max_len") or 64)
     table = ElmoLMData(sentences, vocab, max_len=length)
     sums = {"forward": 0.0, "backward": 0.0}
     count = 0
@@ -237,7 +233,7 @@ def _transfo_xl(
     from .recipes.transfo_xl import evaluate_transfo_xl, stream_rows, token_stream
 
     model, tokenizer = load_pretrained(model_dir, expected=TransfoXLLMHeadModel, device=device)
-    recipe = _recipe(model_dir)
+    recipe = saved_recipe(model_dir)
     segment_len = int(max_len or recipe.get("max_len") or 32)
     per_row = int(recipe.get("segments_per_row") or 4)
     rows = stream_rows(token_stream(load_documents(data), tokenizer), segment_len * per_row)

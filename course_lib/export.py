@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .checkpoints import saved_recipe
 from .models.hf import xlnet_config_to_hf
 
 __all__ = ["EXPORTABLE", "export_model", "hf_state_dict", "hf_config", "hf_tokenizer", "register", "main"]
@@ -159,8 +160,8 @@ def reading_direction(folder: Path) -> str:
     --causal right-to-left``, recorded in the folder's ``model.json``), else
     ``"left-to-right"``."""
     try:
-        recipe = json.loads((Path(folder) / "model.json").read_text()).get("recipe", {})
-    except (OSError, ValueError, AttributeError):
+        recipe = saved_recipe(folder)
+    except ValueError:
         return "left-to-right"
     return "right-to-left" if recipe.get("causal") == "right-to-left" else "left-to-right"
 

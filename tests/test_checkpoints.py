@@ -39,6 +39,24 @@ def test_save_and_load_round_trip_with_tied_weights(tmp_path):
         ck.load_checkpoint(tmp_path / "missing.safetensors", b)
 
 
+def test_a_model_record_is_read_without_the_weights_and_a_bad_one_is_named(tmp_path):
+    ck.save_checkpoint(tmp_path / "model.safetensors", Tied(), {"recipe": {"command": "train", "max_len": 9}})
+    assert ck.saved_recipe(tmp_path) == {"command": "train", "max_len": 9}
+    assert ck.read_metadata(tmp_path / "model.safetensors")["recipe"]["max_len"] == 9
+    assert ck.saved_recipe(tmp_path / "nowhere") == {} and ck.read_metadata(tmp_path / "x.safetensors") == {}
+    (tmp_path / "model.json").write_text('{"recipe": [1, 2]}')
+    assert ck.saved_recipe(tmp_path) == {}  # a record without a recipe object
+    for bad in ("{not json", "[1, 2]", b"\xff\xfe"):
+        if isinstance(bad, bytes):
+            (tmp_path / "model.json").write_bytes(bad)
+        else:
+            (tmp_path / "model.json").write_text(bad)
+        with pytest.raises(ValueError, match="model.json is not a readable model record"):
+            ck.saved_recipe(tmp_path)
+        with pytest.raises(ValueError, match="model.json"):
+            ck.load_checkpoint(tmp_path / "model.safetensors", Tied())
+
+
 def test_a_crash_while_saving_keeps_the_old_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "m.safetensors"
     good = Tied()

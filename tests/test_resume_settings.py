@@ -114,3 +114,22 @@ def test_a_distillation_resume_refuses_a_teacher_retrained_in_place(tmp_path, ca
     assert main([*distill, "--resume"]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot resume" in err and "--teacher files sha256:" in err and len(err.splitlines()) == 1, err
+
+
+def test_out_names_what_a_folder_holds_from_its_records(tmp_path):
+    """``--out``'s refusal says what the folder holds, read from its model record (model.json)
+    or its config.json; a new folder, or one with only other files, holds nothing."""
+    from course_lib.recipes.train_command import _folder_holds
+
+    assert _folder_holds(tmp_path) is None
+    (tmp_path / "notes.txt").write_text("mine")
+    assert _folder_holds(tmp_path) is None
+    (tmp_path / "config.json").write_text("{}")
+    assert _folder_holds(tmp_path) == "a config.json of something else"
+    record = {"architecture": "BertForSequenceClassification", "recipe": {"command": "course finetune"}}
+    (tmp_path / "model.json").write_text(json.dumps(record))
+    assert _folder_holds(tmp_path) == "a BertForSequenceClassification written by `course finetune`"
+    (tmp_path / "model.json").write_text(json.dumps({"recipe": {"command": "train", "objective": "xlnet"}}))
+    assert _folder_holds(tmp_path) == "a model trained by `course train xlnet`"
+    (tmp_path / "model.json").write_text("{broken")
+    assert _folder_holds(tmp_path) == "a model record (model.json) that is not readable"

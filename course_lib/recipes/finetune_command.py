@@ -191,9 +191,11 @@ def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Mo
 
 def _earlier_finetune_task(folder: Path) -> str | None:
     """The ``--task`` of the fine-tune a folder holds (its ``model.json``), else None."""
+    from ..checkpoints import saved_recipe
+
     try:
-        recipe = json.loads((folder / "model.json").read_text()).get("recipe", {})
-    except (OSError, ValueError, AttributeError):
+        recipe = saved_recipe(folder)
+    except ValueError:
         return None
     return recipe.get("task") if recipe.get("command") == "course finetune" else None
 

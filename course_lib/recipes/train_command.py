@@ -329,18 +329,19 @@ def _folder_holds(folder: Path) -> str | None:
     """What model a folder holds, in words (``"a model trained by `course train bert`"``, a
     fine-tuned model, ...), from its ``model.json`` or ``config.json``; None when it holds
     neither (a new or empty folder, or only other files, which training does not touch)."""
+    from ..checkpoints import read_metadata, saved_recipe
+
     try:
-        record = json.loads((folder / "model.json").read_text())
-        recipe = record.get("recipe", {})
+        record = read_metadata(folder / "model.safetensors")
+    except ValueError:
+        return "a model record (model.json) that is not readable"
+    if record:
+        recipe = saved_recipe(folder)
         if recipe.get("command") == "train" and recipe.get("objective"):
             return f"a model trained by `course train {recipe['objective']}`"
         return (
             f"a {record.get('architecture', 'model')} written by `{recipe.get('command', 'another command')}`"
         )
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, AttributeError):
-        return "a model record (model.json) that is not readable"
     return "a config.json of something else" if (folder / "config.json").exists() else None
 
 
