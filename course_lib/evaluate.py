@@ -67,11 +67,11 @@ MOSTLY_UNKNOWN = 0.5
 
 
 def _unknown_fraction(tokenizer: Any, examples: dict[str, torch.Tensor]) -> float:
-    """The share of ``[UNK]`` (or ``<unk>``) among the real (non-padding) tokens of ``examples``;
-    0 for a tokenizer without one (byte-level BPE has no unknown tokens)."""
-    unk = next(
-        (tokenizer.token_to_id(t) for t in ("[UNK]", "<unk>") if tokenizer.token_to_id(t) is not None), None
-    )
+    """The share of the unknown token (``[UNK]``) among the real (non-padding) tokens of
+    ``examples``; 0 for a tokenizer without one (byte-level BPE has no unknown tokens)."""
+    from .data.tokenizers import unknown_id
+
+    unk = unknown_id(tokenizer)
     if unk is None:
         return 0.0
     real = examples["attention_mask"].bool()

@@ -353,6 +353,13 @@ def special_ids(tokenizer) -> dict[str, int]:
     )
 
 
+def unknown_id(tokenizer) -> int | None:
+    """The id a ``tokenizers`` tokenizer gives text it cannot encode (its model's unknown token,
+    e.g. WordPiece's ``[UNK]``); None when it has none (byte-level BPE encodes every text)."""
+    token = getattr(tokenizer.model, "unk_token", None)
+    return tokenizer.token_to_id(token) if token else None
+
+
 def encode_texts(
     tokenizer, texts, pairs=None, *, max_len: int | None = 128, device: torch.device | str | None = None
 ) -> dict[str, torch.Tensor]:

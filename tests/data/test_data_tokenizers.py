@@ -20,6 +20,7 @@ from course_lib.data.tokenizers import (
     special_ids,
     train_byte_bpe,
     train_wordpiece,
+    unknown_id,
 )
 
 
@@ -199,3 +200,12 @@ def test_minilm_vocabulary_reads_the_corpus(corpus):
     enc = tok.encode("There is a traffic jam, so I began to eat my apple jam.")
     assert enc.tokens[:6] == ["[CLS]", "there", "is", "a", "traffic", "jam"]
     assert all(vocab[t] == i for t, i in zip(enc.tokens, enc.ids))
+
+
+def test_the_unknown_token_is_the_models_own(wordpiece, byte_bpe):
+    """WordPiece names ``[UNK]`` and gives it to text outside its vocabulary; byte-level BPE
+    has an ``<unk>`` entry among its specials but never needs it, so it has no unknown id."""
+    unk = unknown_id(wordpiece)
+    assert unk == special_ids(wordpiece)["unk"] and unk in wordpiece.encode("猫坐在垫子上").ids
+    assert unknown_id(byte_bpe) is None and special_ids(byte_bpe)["unk"] is not None
+    assert special_ids(byte_bpe)["unk"] not in byte_bpe.encode("猫坐在垫子上 🙂").ids
