@@ -17,6 +17,8 @@ statement order inside a function, and the names of what is called. A call into 
 module is not followed: the code *behind* an imported name is covered by that module's own
 hash (:mod:`course_lib.checkpoints` hashes every training module this way) or, for studies, by
 the golden runs (:mod:`course_lib.studies`).
+
+Data and model files are hashed as bytes, with their names (:func:`files_hash`).
 """
 
 from __future__ import annotations
@@ -98,4 +100,17 @@ def code_hash(*objs: Any) -> str:
     for obj in objs:
         h.update(normalised_source(obj).encode())
         h.update(b"\x00")
+    return h.hexdigest()
+
+
+def files_hash(files: Iterable[tuple[str, Path]]) -> str:
+    """SHA-256 (hex) over each ``(name, path)`` in order: the name, then the file's bytes (read
+    in 1 MiB blocks, so a large weights file is never held in memory). What a cache key or a
+    resume check needs to notice a text or model changed on disk."""
+    h = hashlib.sha256()
+    for name, path in files:
+        h.update(name.encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()

@@ -97,3 +97,20 @@ def test_functions_and_modules_are_hashed_from_their_source():
     assert code_hash(code_hash) != code_hash(module)
     with pytest.raises(TypeError, match="cannot hash the code of a int"):
         code_hash(3)
+
+
+def test_files_hash_is_the_names_and_bytes_in_order(tmp_path):
+    """One pass over names and contents: a renamed, edited or reordered file changes it, and a
+    file larger than one read block hashes as if read whole."""
+    import hashlib
+
+    from course_lib.hashing import files_hash
+
+    (tmp_path / "a").write_bytes(b"x" * (3 << 20) + b"tail")
+    (tmp_path / "b").write_text("hello")
+    pairs = [("a", tmp_path / "a"), ("b", tmp_path / "b")]
+    whole = hashlib.sha256(b"a" + (tmp_path / "a").read_bytes() + b"b" + b"hello").hexdigest()
+    assert files_hash(pairs) == whole
+    assert files_hash(pairs[::-1]) != whole and files_hash([("A", tmp_path / "a"), pairs[1]]) != whole
+    (tmp_path / "b").write_text("hellO")
+    assert files_hash(pairs) != whole

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import contextvars
 import glob
-import hashlib
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..hashing import files_hash
 from .corpus import Document, Sentence, generate_corpus, generate_documents
 from .words import split_sentences, word_tokenize
 
@@ -240,8 +240,4 @@ def source_fingerprint(source=None) -> str:
     src = resolve_source(source)
     if src is None:
         return "generated"
-    h = hashlib.sha256()
-    for p in find_text_files(src):
-        h.update(str(p.resolve()).encode())
-        h.update(p.read_bytes())
-    return "files:" + h.hexdigest()[:16]
+    return "files:" + files_hash((str(p.resolve()), p) for p in find_text_files(src))[:16]

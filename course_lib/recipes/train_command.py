@@ -204,17 +204,11 @@ _FREE_TO_CHANGE = {
 def _teacher_fingerprint(folder: Path) -> str:
     """A hash of a teacher folder's model, configuration and tokenizer files: a resume whose
     teacher was retrained (or replaced) in place since the stop is refused."""
-    import hashlib
+    from ..hashing import files_hash
 
-    digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.json"):
-        path = folder / name
-        if path.is_file():
-            digest.update(name.encode())
-            with path.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-    return "files sha256:" + digest.hexdigest()[:16]
+    names = ("config.json", "model.safetensors", "tokenizer.json", "vocab.json")
+    digest = files_hash((name, folder / name) for name in names if (folder / name).is_file())
+    return "files sha256:" + digest[:16]
 
 
 def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:

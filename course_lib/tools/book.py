@@ -24,6 +24,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..hashing import files_hash
+
 __all__ = ["ASSETS", "fetch_assets", "vendor_anywidget", "build_book", "project_root", "register"]
 
 
@@ -209,13 +211,12 @@ def vendor_anywidget(vendor: Path) -> Path:
 
 
 def _library_fingerprint() -> str:
-    h = hashlib.sha256()
     here = Path(__file__).resolve().parents[1]  # course_lib
-    for path in sorted(here.rglob("*")):
-        if path.suffix in {".py", ".js", ".json", ".tsv"} and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(here)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    return files_hash(
+        (str(path.relative_to(here)), path)
+        for path in sorted(here.rglob("*"))
+        if path.suffix in {".py", ".js", ".json", ".tsv"} and "__pycache__" not in path.parts
+    )
 
 
 def _library_changed(root: Path) -> bool:
