@@ -375,11 +375,11 @@ _OPTIONS = ("heldout", "steps", "batch_size", "lr", "dropout", "seed", "freeze_b
 
 def _cmd(args: argparse.Namespace) -> int:
     from ..train import progress_enabled
-    from .train_command import check_arguments
+    from .train_command import check_run_arguments
 
     progress = progress_enabled()
     try:
-        check_arguments(args, "finetune")  # --device and --out as course train checks them
+        check_run_arguments(args)  # --device and --out as course train checks them
         options = {name: getattr(args, name) for name in _OPTIONS}
         metrics = finetune_folder(
             args.model, args.task, args.train, args.out, eval_file=args.eval, progress=progress, **options

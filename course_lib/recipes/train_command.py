@@ -38,7 +38,15 @@ from typing import Any
 
 from ..objectives.masking import MLM_PROBABILITY
 
-__all__ = ["OBJECTIVES", "register", "main", "read_config", "fraction", "check_arguments"]
+__all__ = [
+    "OBJECTIVES",
+    "register",
+    "main",
+    "read_config",
+    "fraction",
+    "check_arguments",
+    "check_run_arguments",
+]
 
 # objective -> (module whose register() adds the recipe command, the command's name, presets, help)
 OBJECTIVES: dict[str, tuple[str, str, dict[str, Any], str]] = {
@@ -234,10 +242,12 @@ def run_settings(args: argparse.Namespace, objective: str) -> dict[str, Any]:
     return settings
 
 
-def check_arguments(args: argparse.Namespace, objective: str) -> None:
+def check_run_arguments(args: argparse.Namespace) -> None:
     """One-line ``ValueError``s, before any data work, for what would fail later with a
-    traceback: a device torch does not know or does not have, ``--out`` naming a file, a
-    distillation teacher that is not a masked-LM BERT/ALBERT folder."""
+    traceback, in the options every training command shares (``course train`` and ``course
+    finetune``): a batch that does not split over the processes, an empty ``--out`` or one
+    naming a file (and the log folders), warm-up not below the steps, a device torch does not
+    know or does not have."""
     import os
     import warnings
 
@@ -264,27 +274,6 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
             f"--warmup {warmup} is not below --steps {steps}: the learning rate would never reach "
             "its peak (--lr); use fewer warm-up steps"
         )
-    architecture = getattr(args, "architecture", None)
-    if architecture and objective in MASKED_LM:
-        from .common import MASKED_LMS, MODEL_CLASSES, is_masked_lm
-
-        known = ", ".join(c.__name__ for c in MASKED_LMS)
-        if architecture not in MODEL_CLASSES:
-            raise ValueError(
-                f"--architecture: unknown architecture {architecture!r}; `course train {objective}` "
-                f"trains one of {known}"
-            )
-        if not is_masked_lm(architecture):
-            raise ValueError(
-                f"--architecture {architecture} is not a masked LM: `course train {objective}` trains "
-                f"one of {known} ({architecture} has its own objective: see `course train --help`)"
-            )
-    held = _folder_holds(out) if objective != "finetune" else None  # finetune has its own rule
-    if held is not None and held != f"a model trained by `course train {objective}`":
-        raise ValueError(
-            f"--out {out} holds {held}; training {objective} there would mix two models' files: "
-            "choose another folder (or delete that one)"
-        )
     choice = getattr(args, "device", None)
     if choice:
         try:
@@ -301,9 +290,38 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
                 f"--device {choice}: only {torch.cuda.device_count()} CUDA device(s) are visible"
             )
         if device.type not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"--device {choice!r}: course train runs on cpu, cuda or mps")
+            raise ValueError(f"--device {choice!r}: training runs on cpu, cuda or mps")
         if getattr(args, "precision", None) == "fp16" and device.type == "cpu":
             warnings.warn("--precision fp16 on a CPU is slower than fp32 (no fp16 kernels); use fp32 or bf16")
+
+
+def check_arguments(args: argparse.Namespace, objective: str) -> None:
+    """:func:`check_run_arguments`, then what ``course train OBJECTIVE`` adds: an
+    ``--architecture`` that is not a masked LM (for bert, roberta, albert), an ``--out``
+    holding another model, a distillation teacher that is not a masked-LM folder."""
+    check_run_arguments(args)
+    architecture = getattr(args, "architecture", None)
+    if architecture and objective in MASKED_LM:
+        from .common import MASKED_LMS, MODEL_CLASSES, is_masked_lm
+
+        known = ", ".join(c.__name__ for c in MASKED_LMS)
+        if architecture not in MODEL_CLASSES:
+            raise ValueError(
+                f"--architecture: unknown architecture {architecture!r}; `course train {objective}` "
+                f"trains one of {known}"
+            )
+        if not is_masked_lm(architecture):
+            raise ValueError(
+                f"--architecture {architecture} is not a masked LM: `course train {objective}` trains "
+                f"one of {known} ({architecture} has its own objective: see `course train --help`)"
+            )
+    out = Path(args.out)
+    held = _folder_holds(out)
+    if held is not None and held != f"a model trained by `course train {objective}`":
+        raise ValueError(
+            f"--out {out} holds {held}; training {objective} there would mix two models' files: "
+            "choose another folder (or delete that one)"
+        )
     if objective == "distill" and getattr(args, "teacher", None):
         from .common import is_masked_lm, saved_architecture
 
