@@ -17,7 +17,7 @@ A check passes when its code finishes without an exception. Hidden checks draw t
 from the global RNGs, seeded from the solution file, the submission's answers and the
 check id: fresh for every submission, and the same when it is graded again. A visible
 check's points count only when its exercise's functions also matched the reference on such
-drawn inputs (:func:`_visible_points_need_a_working_function`), and a check may add at most
+drawn inputs (:mod:`course_lib.grading.gate`), and a check may add at most
 ``SandboxLimits.check_memory_mb`` to this process's memory (:class:`_memory_budget`).
 """
 
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .format import Assignment, Check, load_assignment
+from .gate import proven_exercises, unproven_exercises, withhold_unproven_visible_points
 from .sandbox import OUTPUT_KEEP, Sandbox, SandboxLimits, SandboxLost, become_subreaper
 from .student_calls import CheckFailure, Lost, StudentFunction, clip
 from .wire import ProtocolError, encode_for_sandbox, to_python
@@ -131,9 +132,14 @@ class Reference:
         return self._fresh
 
 
-def seeds_for(assignment: Assignment, answers: dict) -> dict[str, int]:
-    """One seed per check, from the solution file, the submitted answer code and the check id."""
-    fingerprint = hashlib.sha256(json.dumps(answers, sort_keys=True).encode()).hexdigest()
+def seeds_for(assignment: Assignment, answers: dict, cells: list[dict] | None = None) -> dict[str, int]:
+    """One seed per check, from the solution file, the check id and all the submitted code
+    that runs: the answer cells and the cells the student added (``cells``' helpers). A table
+    of looked-up results in an added cell changes the drawn inputs as it grows, as it would in
+    an answer cell."""
+    added = [c.get("source") for c in cells or [] if c.get("helper")]
+    code = {"answers": answers, "added": added} if added else answers  # (no added cells: as before)
+    fingerprint = hashlib.sha256(json.dumps(code, sort_keys=True).encode()).hexdigest()
     out = {}
     for check in assignment.checks:
         h = hashlib.sha256(f"{assignment.digest}:{fingerprint}:{check.id}".encode()).digest()
@@ -203,12 +209,11 @@ class _Run:
     answered_in_check: bool = False  # the student process answered a call of the current check
     current_check: str | None = None
     spawned_for: str | None = None  # the check during which the current student process started
-    # exercises whose functions matched the reference on inputs drawn for this submission
-    # (see :func:`fresh_inputs`): only then do their visible checks' points count
-    working: set = field(default_factory=set)
-    matched: dict = field(
-        default_factory=dict
-    )  # exercise -> digests of the reference results matched on drawn inputs
+    # check id -> [compared calls on inputs drawn for this submission (see :func:`fresh_inputs`),
+    # how many the student's functions got right, digests of those results]: the evidence that
+    # a visible check's points need (:mod:`course_lib.grading.gate`)
+    tally: dict = field(default_factory=dict)
+    probing: bool = False  # re-running failed checks only to count (the calls answer as the reference)
 
     def ensure_sandbox(self) -> None:
         """A student process with the preamble and the answer cells run: fork a fresh one from
@@ -551,14 +556,16 @@ def grade_answers(
     run = _Run(
         assignment, reference, mode, limits or SandboxLimits(), states, start + timeout, answer_timeout
     )
-    seeds = seeds_for(assignment, answers)
+    seeds = seeds_for(assignment, answers, cells)
     results = []
     try:
         for check in assignment.checks:
             results.append(_run_check(run, check, seeds[check.id], check_timeout))
+        _probe_unproven_exercises(run, results, fresh, seeds, check_timeout)
     finally:
         run.drop_sandbox()
-    _visible_points_need_a_working_function(assignment, results, fresh, run.working)
+    proven = proven_exercises(assignment, run.tally, results, fresh)
+    withhold_unproven_visible_points(assignment, results, fresh, proven)
     return {
         "points": sum(r["points"] for r in results),
         "max_points": assignment.max_points,
@@ -580,35 +587,28 @@ def grade_answers(
     }
 
 
-def _visible_points_need_a_working_function(
-    assignment: Assignment, results: list[dict], fresh: dict, working: set
+def _probe_unproven_exercises(
+    run: _Run, results: list[dict], fresh: dict, seeds: dict, check_timeout: float | None
 ) -> None:
-    """A visible check's inputs are published: a function that only looks up the results
-    for them would pass it. Its points therefore count only when the exercise's functions
-    also gave the reference's results on inputs drawn for this submission (compared calls on
-    such inputs with two different informative results, so that a constant fallback for
-    unknown inputs does not count, or a whole check on such inputs passed: e.g. chapter 3's masking
-    statistics, a visible check of a random function on drawn inputs). Exercises without
-    checks on drawn inputs keep their visible points as they are."""
-    for r in results:
-        if r["passed"] and fresh.get(r["id"], (False,))[0]:
-            working.add(r["exercise"])
-    gated = {c.exercise for c in assignment.checks if fresh.get(c.id, (False,))[0]}
-    for r in results:
-        if r["hidden"] or not r["passed"] or r["exercise"] not in gated or r["exercise"] in working:
-            continue
-        if r["max_points"] > 0:
-            r.update(
-                passed=False,
-                points=0,
-                gated=True,  # passed on its published inputs (as at home); its points were withheld
-                message=(
-                    "this check's published inputs give the right results, but your functions for this exercise "
-                    "gave the right result on none of the inputs drawn for your submission (by the hidden checks): "
-                    "a visible check's points need a function that works on any input, not only on the check's "
-                    "(see the hidden checks' messages)"
-                ),
-            )
+    """A check stops at its first wrong call, so an answer wrong on one edge case that a hidden
+    check tries first shows only that wrong call, though it gets most drawn inputs right (and
+    passes the visible checks at home). For each exercise whose visible points would be
+    withheld, re-run its failed checks on drawn inputs (same seeds, same inputs) in probe mode:
+    each call is counted, right or wrong, and then answered as the reference would, so the
+    check makes all its calls; the re-run's count replaces the first run's. Verdicts and
+    messages stay those of the real run. A lookup table of published results gets none of the
+    drawn calls right; one of a few drawn inputs, a small share."""
+    proven = proven_exercises(run.assignment, run.tally, results, fresh)
+    unproven = unproven_exercises(run.assignment, results, fresh, proven)
+    failed = {r["id"] for r in results if not r["passed"]}
+    run.probing = True
+    try:
+        for check in run.assignment.checks:
+            if check.exercise in unproven and check.id in failed and fresh.get(check.id, (False,))[0]:
+                run.tally.pop(check.id, None)
+                _run_check(run, check, seeds[check.id], check_timeout)
+    finally:
+        run.probing = False
 
 
 PREFLIGHT_ANSWER = (

@@ -127,9 +127,12 @@ class StudentFunction:
         run.answered_in_check = True
         run.call_output.append(outcome.output)
         run.dropped += outcome.output_dropped
+        if run.probing:
+            return self._probe(outcome, enc_args, enc_kwargs, ref_value, ref_exc)
         if outcome.mutated:
             apply_mutations(args, kwargs, outcome.mutated, call, ref_args, ref_kwargs, hidden=check.hidden)
         if not outcome.ok:
+            self._tally(enc_args, enc_kwargs, ref_value, ref_exc, matched=False)
             err = outcome.error
             if ref_exc is not None and check.compare and type(ref_exc).__name__ in err["mro"]:
                 raise ref_exc
@@ -161,6 +164,7 @@ class StudentFunction:
         try:
             value = to_python(outcome.value)
         except (ProtocolError, ValueError, TypeError) as exc:
+            self._tally(enc_args, enc_kwargs, ref_value, ref_exc, matched=False)
             raise CheckFailure(f"{call} returned data the grader cannot read ({exc})") from None
         if check.compare:
             if ref_exc is not None:
@@ -175,21 +179,49 @@ class StudentFunction:
                 hidden=check.hidden,
                 exact_dtype=check.exact_dtype,
             )
+            self._tally(enc_args, enc_kwargs, ref_value, ref_exc, matched=not msg)
             if msg:
                 raise CheckFailure(f"{call}: {msg}")
-            if ref_exc is None:
-                fresh = run.reference.fresh_inputs().get(check.id)
-                if fresh is not None and fresh[0]:
-                    from .expected import call_key
-
-                    if call_key(enc_args, enc_kwargs) not in fresh[1] and informative(ref_value):
-                        # a constant fallback matches only calls that share one value: it takes
-                        # two different results on drawn inputs to show a working function
-                        seen = run.matched.setdefault(check.exercise, set())
-                        seen.add(digest(ref_value))
-                        if len(seen) >= 2:
-                            run.working.add(check.exercise)
         return value
+
+    def _tally(self, enc_args, enc_kwargs, ref_value, ref_exc, *, matched: bool) -> None:
+        """Count a compared call whose input was drawn for this submission (not one every run
+        of the check makes) and whose reference result is informative, and whether the
+        student's result matched (``run.tally``: check id -> [such calls, matched, digests of
+        the matched results]): the evidence of a working function that a visible check's
+        points need (:mod:`course_lib.grading.gate`)."""
+        check = self._check
+        fresh = self._run.reference.fresh_inputs().get(check.id)
+        if ref_exc is not None or not check.compare or fresh is None or not fresh[0]:
+            return
+        from .expected import call_key
+
+        if call_key(enc_args, enc_kwargs) in fresh[1] or not informative(ref_value):
+            return
+        calls, matches, seen = self._run.tally.setdefault(check.id, [0, 0, set()])
+        if matched:  # a constant fallback matches only calls that share one result
+            seen.add(digest(ref_value))
+        self._run.tally[check.id] = [calls + 1, matches + matched, seen]
+
+    def _probe(self, outcome, enc_args, enc_kwargs, ref_value, ref_exc):
+        """A call while the grader probes (``run.probing``: it re-runs a failed check on drawn
+        inputs only to count the calls the student's function gets right, its verdict
+        unchanged): count this one, then answer as the reference does, so that the check goes
+        on to its later calls instead of stopping at the first wrong one."""
+        check = self._check
+        matched = False
+        if outcome.ok and ref_exc is None and check.compare:
+            try:
+                value = to_python(outcome.value)
+            except (ProtocolError, ValueError, TypeError):
+                pass
+            else:
+                kinds = {"rtol": check.rtol, "atol": check.atol, "exact_dtype": check.exact_dtype}
+                matched = not compare_values(ref_value, value, hidden=True, **kinds)
+        self._tally(enc_args, enc_kwargs, ref_value, ref_exc, matched=matched)
+        if ref_exc is not None:
+            raise ref_exc
+        return ref_value
 
     def _lost(self, exc: SandboxLost, call: str):
         run, check = self._run, self._check

@@ -866,13 +866,69 @@ def test_a_lookup_table_of_the_visible_inputs_earns_nothing_and_honest_answers_k
     ]
 
 
+def test_an_answer_wrong_on_one_edge_case_keeps_its_visible_points():
+    """A student's review: ``char_ids`` truncating one byte too early is right for every word
+    shorter than 48 bytes and passes the visible check at home, but the only hidden check tries
+    an over-long word first and stopped there, so no drawn call had matched and the visible
+    point was withheld (home: pass, grader: fail). The failed check is now re-run in probe mode
+    to count its later calls: the visible point stays, the hidden check still fails, and a
+    lookup table still earns nothing (the test above)."""
+    from grading_fixtures.chapters import Chapter, answer_sources
+
+    from course_lib.grading.checker import Reference, grade_answers
+    from course_lib.grading.format import load_assignment
+
+    ch = Chapter("01_elmo")
+    assignment = load_assignment(ch.solution)
+    answers = answer_sources(ch.solution)
+    good = 'list(word.encode("utf-8"))[: max_chars - 2]'
+    assert good in answers["char-ids-answer"]
+    answers["char-ids-answer"] = answers["char-ids-answer"].replace(good, good.replace("- 2]", "- 3]"))
+    result = grade_answers(assignment, Reference(assignment), answers, mode="none")
+    verdicts = {c["id"]: (c["passed"], c["points"]) for c in result["checks"]}
+    assert verdicts["char-ids-small"] == (True, 1), result["checks"]
+    assert verdicts["char-ids-edge-cases"] == (False, 0)
+    assert result["points"] == assignment.max_points - 1
+
+
+def test_the_drawn_inputs_follow_every_cell_that_runs():
+    """A student's review: the seeds hashed only the answer cells, so a lookup table grown in an
+    added cell (which the grader also runs) met the same hidden inputs round after round and
+    learnt them one leaked message at a time. The added cells are part of the hash now; a
+    submission without added cells keeps the seeds it had."""
+    import hashlib
+
+    from course_lib.grading.checker import seeds_for
+    from course_lib.grading.format import load_assignment
+
+    assignment = load_assignment(SOLUTION)
+    answers = {a.key: a.source for a in assignment.answers}
+    plan = [{"key": k, "exercise": "x", "source": v, "helper": False} for k, v in answers.items()]
+    table = {"key": "added cell t", "exercise": "x", "source": "_T = {}", "helper": True}
+    plain = seeds_for(assignment, answers, plan)
+    code = hashlib.sha256(json.dumps(answers, sort_keys=True).encode()).hexdigest()
+    first = assignment.checks[0].id
+    expected = hashlib.sha256(f"{assignment.digest}:{code}:{first}".encode()).digest()
+    assert plain == seeds_for(assignment, answers) and plain[first] == int.from_bytes(
+        expected[:8], "little"
+    ) & (2**63 - 1)
+    grown = dict(table, source="_T = {(1, None): [[True]]}")
+    seeds = [seeds_for(assignment, answers, plan + [t]) for t in (table, grown)]
+    assert seeds[0] != plain and seeds[1] != seeds[0]
+    assert seeds[0] == seeds_for(assignment, answers, plan + [dict(table)])  # the same when graded again
+
+
 def test_visible_points_need_a_working_function_unit():
-    """The rule itself: a passed visible check keeps its points when one of its exercise's
-    calls on drawn inputs matched (or a drawn hidden check passed), else loses them; an
-    exercise without such hidden checks is left alone; hidden checks are never touched."""
+    """The rule itself: a passed visible check keeps its points when its exercise's functions
+    got at least half of the compared calls on drawn inputs right, with two different results
+    among them (or a drawn hidden check passed), else loses them; an exercise without such
+    hidden checks is left alone; hidden checks are never touched."""
     from types import SimpleNamespace
 
-    from course_lib.grading.checker import _visible_points_need_a_working_function
+    from course_lib.grading.gate import proven_exercises, withhold_unproven_visible_points
+
+    def gate(r, tally):
+        withhold_unproven_visible_points(assignment, r, fresh, proven_exercises(assignment, tally, r, fresh))
 
     checks = [
         SimpleNamespace(id="v1", exercise="a", hidden=False),
@@ -924,18 +980,25 @@ def test_visible_points_need_a_working_function_unit():
         ]
 
     r = results(False)
-    _visible_points_need_a_working_function(assignment, r, fresh, set())
+    gate(r, {})
     assert [(x["id"], x["points"], x["passed"]) for x in r] == [
         ("v1", 0, False),
         ("h1", 0, False),
         ("v2", 1, True),
         ("h2", 0, False),
     ]
-    r = results(False)
-    _visible_points_need_a_working_function(assignment, r, fresh, {"a"})  # a call on drawn inputs matched
-    assert r[0]["points"] == 1 and r[0]["passed"]
+    for tally, kept in [
+        ({"h1": [4, 2, {"x", "y"}]}, True),  # half of the drawn calls right, two results
+        ({"h1": [5, 2, {"x", "y"}]}, False),  # fewer than half: a partial lookup table
+        ({"h1": [2, 2, {"x"}]}, False),  # one result only: a constant fallback
+        ({"h1": [1, 0, set()]}, False),  # the only drawn call was wrong
+    ]:
+        r = results(False)
+        gate(r, tally)
+        assert (r[0]["points"] == 1 and r[0]["passed"]) == kept, tally
+        assert r[2]["points"] == 1 and not r[1]["passed"]
     r = results(True)
-    _visible_points_need_a_working_function(assignment, r, fresh, set())  # the drawn hidden check passed
+    gate(r, {})  # the drawn hidden check passed
     assert r[0]["points"] == 1 and r[0]["passed"]
 
 
