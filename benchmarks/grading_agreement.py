@@ -13,6 +13,8 @@ students write them:
   copy keeps the answer marker) holding the answer;
 * ``helper_cells``: the stub left in place, a helper in a new cell and the answer in another
   new cell below the stub;
+* ``top_cell``: a helper (an import and a constant) in a new cell above the first exercise,
+  which the first answer uses;
 * ``slow_demo``: a correct answer cell that ends with a demo slower than the answer-cell
   limit.
 
@@ -91,7 +93,7 @@ def _code_cell(cid: str, source: str, metadata: dict | None = None) -> dict:
 
 
 def submissions(chapter: str, folder: Path, demo_seconds: float) -> dict[str, Path]:
-    """The five styles for ``chapter`` (name -> notebook path)."""
+    """The six styles for ``chapter`` (name -> notebook path)."""
     exercise = json.loads((ROOT / "exercises" / f"{chapter}.ipynb").read_text())
     answers = _answers(ROOT / "solutions" / f"{chapter}.ipynb")
     first = next(iter(answers))
@@ -116,6 +118,10 @@ def submissions(chapter: str, folder: Path, demo_seconds: float) -> dict[str, Pa
         f"_reference_{fname} = {fname}\n\n\ndef {fname}(*args, **kwargs):\n"
         f"    assert _course_helpers.META\n    return _reference_{fname}(*args, **kwargs)\n"
     )
+    uses_top = (
+        f"{answers[first]}\n\n_plain_{fname} = {fname}\n\n\ndef {fname}(*args, **kwargs):\n"
+        f"    assert _top_math.pi > 3 and _TOP_READY\n    return _plain_{fname}(*args, **kwargs)\n"
+    )
     made = {
         "honest": with_answers(exercise, answers),
         "course_lib": with_answers(exercise, {**answers, first: wrapper}),
@@ -131,6 +137,11 @@ def submissions(chapter: str, folder: Path, demo_seconds: float) -> dict[str, Pa
                 _code_cell("my-helper", "def _my_helper():\n    return 1\n"),
                 _code_cell("my-answer", answers[first]),
             ],
+        ),
+        "top_cell": insert_after(
+            with_answers(exercise, {**answers, first: uses_top}),
+            "preamble",
+            [_code_cell("my-imports", "import math as _top_math\n\n_TOP_READY = True\n")],
         ),
         "slow_demo": with_answers(
             exercise,

@@ -64,7 +64,8 @@ def withhold_unproven_visible_points(
                 gated=True,  # passed on its published inputs (as at home); its points were withheld
                 message=(
                     "this check's published inputs give the right results, but your functions for this exercise "
-                    "gave the right result on none of the inputs drawn for your submission (by the hidden checks): "
+                    "gave the right result on fewer than half of the inputs drawn for your submission (by the hidden "
+                    "checks): "
                     "a visible check's points need a function that works on any input, not only on the check's "
                     "(see the hidden checks' messages)"
                 ),

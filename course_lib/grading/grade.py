@@ -73,16 +73,24 @@ class Submission:
     def answers_for(self, assignment: Assignment) -> dict[str, str | None]:
         return self.answer_plan(assignment)[0]
 
-    def answer_plan(self, assignment: Assignment, known_ids: set[str] | frozenset = frozenset()):
+    def answer_plan(
+        self,
+        assignment: Assignment,
+        known_ids: set[str] | frozenset = frozenset(),
+        known_sources: set[str] | frozenset = frozenset(),
+    ):
         """What the grader runs, as the notebook would: ``(answers, cells, notes)``.
 
         ``answers``: answer key -> the source graded (None when missing). When several cells
         carry an answer's id or its ``course.answer`` marker (Jupyter's copy keeps the
         metadata), the **last** one in notebook order is graded, and ``notes`` says so.
         ``cells``: in notebook order, the chosen answer cells and the cells the student added
-        inside an exercise (a helper, the answer written in a new cell below the stub): code
-        cells without a grader role whose id is not one of the released notebook's
-        (``known_ids``); each ``{"key", "exercise", "source", "helper"}``.
+        (a helper or an import in a cell of its own, above the first exercise or inside one;
+        the answer written in a new cell below the stub): code cells without a grader role
+        whose id is not one of the released notebook's (``known_ids``) and whose code is not
+        one of its cells' (``known_sources``, whitespace-normalised: the set-up cell of a copy
+        that lost its ids); each ``{"key", "exercise", "source", "helper"}``. A cell above
+        the first exercise belongs to the first exercise.
         """
         keys = {a.key: a.exercise for a in assignment.answers}
         exercises = {e.id for e in assignment.exercises}
@@ -106,13 +114,15 @@ class Submission:
                 )
         by_index = {i: key for key, i in chosen.items()}
         plan = []
+        first = assignment.exercises[0].id if assignment.exercises else None
         for i, c in enumerate(self.cells):
             if i in by_index:
                 key = by_index[i]
                 plan.append({"key": key, "exercise": keys[key], "source": c["source"], "helper": False})
             elif (
-                c["exercise"] in exercises
+                (c["exercise"] in exercises or c["exercise"] is None)
                 and not (set(c["tags"]) & _ROLE_OR_GENERATED)
+                and " ".join(c["source"].split()) not in known_sources
                 and c["marker"] is None
                 and c["id"] not in known_ids
                 and c["id"] not in keys
@@ -120,7 +130,12 @@ class Submission:
             ):
                 label = f"added cell {c['id']}" if isinstance(c["id"], str) else f"added cell #{i + 1}"
                 plan.append(
-                    {"key": label[:120], "exercise": c["exercise"], "source": c["source"], "helper": True}
+                    {
+                        "key": label[:120],
+                        "exercise": c["exercise"] or first,
+                        "source": c["source"],
+                        "helper": True,
+                    }
                 )
         return answers, plan, notes
 
@@ -254,13 +269,26 @@ _ROLE_OR_GENERATED = {
 }
 
 
-def solution_cell_ids(assignment: Assignment) -> set[str]:
-    """The ids of the solution notebook's cells (the released copy's are a subset)."""
+def solution_cells(assignment: Assignment) -> tuple[set[str], set[str]]:
+    """The ids of the solution notebook's cells (the released copy's are a subset) and the
+    code of its code cells that are neither answers nor checks (set-up, preamble, demos),
+    whitespace-normalised: what :meth:`Submission.answer_plan` takes for the released
+    notebook's own cells."""
     try:
         nb = json.loads(Path(assignment.path).read_text(encoding="utf-8"))
-        return {c["id"] for c in nb.get("cells", []) if isinstance(c, dict) and isinstance(c.get("id"), str)}
     except (OSError, ValueError):
-        return set()
+        return set(), set()
+    cells = [c for c in nb.get("cells", []) if isinstance(c, dict)]
+    ids = {c["id"] for c in cells if isinstance(c.get("id"), str)}
+    sources = set()
+    for c in cells:
+        src = c.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        meta = c.get("metadata") if isinstance(c.get("metadata"), dict) else {}
+        graded = {"answer", "check", "hidden-check", "solution-only"} & set(meta.get("tags") or [])
+        if c.get("cell_type") == "code" and isinstance(src, str) and src.strip() and not graded:
+            sources.add(" ".join(src.split()))
+    return ids, sources
 
 
 def solutions_dir(explicit: str | os.PathLike | None = None) -> Path:
@@ -521,7 +549,7 @@ def grade_files(
             if asg is not None:
                 base["max_points"] = asg.max_points
             answers, plan, notes = (
-                sub.answer_plan(asg, solution_cell_ids(asg))
+                sub.answer_plan(asg, *solution_cells(asg))
                 if asg is not None and error is None
                 else ({}, [], {})
             )

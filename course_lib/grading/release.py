@@ -38,9 +38,10 @@ __all__ = ["make_stub", "release_notebook", "release", "GRADING_NOTE"]
 GRADING_NOTE = """\
 **How this notebook is graded.** Each exercise has answer cells (tagged `answer`, with a
 `raise NotImplementedError`): replace the stubs there with your code, keeping the function
-names and signatures. Only the answer cells are graded: code you put in other cells is
-ignored, and so are the outputs you save. Your functions may use `torch` and the Python
-standard library, not `course_lib`{forbid}. The check cells below each answer are the
+names and signatures. The grader runs the answer cells and the code cells you add (a
+helper or an import in a cell of its own), in notebook order; the notebook's own other
+cells (set-up, demos, checks) are ignored, and so are the outputs you save. Your
+functions may use `torch` and the Python standard library, not `course_lib`{forbid}. The check cells below each answer are the
 visible checks: run them to test your work (or run `pytest --nbval-lax` on this
 notebook). Each compares your results with the reference solution's on its inputs, as
 the grader does, so a visible check passes here exactly when it passes in the grader.

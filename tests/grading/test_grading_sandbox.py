@@ -374,6 +374,15 @@ def _code_cell(cid: str, source: str, metadata: dict | None = None) -> dict:
     }
 
 
+def _top_cell_without_ids(nb):
+    """A helper cell added above the first exercise, in a copy that lost its cell ids (nbformat
+    4.4): the released set-up cell must still not run (its code is the solution's), the helper must."""
+    _insert_after("preamble", _code_cell("top", "import math as _top_math\n_TOP_SCALE = 1\n"))(nb)
+    for cell in nb["cells"]:
+        cell.pop("id", None)
+    nb["nbformat_minor"] = 4
+
+
 ANSWER_STYLE_CASES = {
     # Jupyter's copy keeps the answer marker: the stub above stays, the copy below holds the answer
     "copied_cell": dict(
@@ -404,6 +413,16 @@ ANSWER_STYLE_CASES = {
             + solution_answers()["causal-mask-answer"]
             + "\nwith raises(ValueError):\n    causal_mask(3, 2)\n"
         }
+    ),
+    # a helper (an import, a constant) in a new cell above the first exercise, used by an answer;
+    # the copy lost its cell ids. It passes at home; it used to be a NameError in the grader
+    "top_cell": dict(
+        answers={
+            "heads-answer": solution_answers()["heads-answer"]
+            + "\n\n_split = split_heads\n\n\ndef split_heads(x, n_heads):\n"
+            + "    return _split(x, n_heads * _TOP_SCALE + 0 * int(_top_math.pi))\n"
+        },
+        edit=_top_cell_without_ids,
     ),
     # a correct function, then a demo slower than the answer-cell limit: interrupted, the function kept
     "slow_demo": dict(
@@ -441,6 +460,8 @@ def test_answers_written_as_students_write_them_get_full_marks(mode, tmp_path, c
     assert "the last one in the notebook" in md
     answers = {a["cell"]: a for a in report(tmp_path / "out", "new_cell_below")["answers"]}
     assert answers["added cell mine"]["helper"] and answers["added cell mine"]["status"] == "ok"
+    added = [a for a in report(tmp_path / "out", "top_cell")["answers"] if a.get("helper")]
+    assert [(a["cell"], a["status"]) for a in added] == [("added cell #4", "ok")], added
     slow = {a["cell"]: a for a in report(tmp_path / "out", "slow_demo")["answers"]}["heads-answer"]
     assert (
         slow["status"].startswith(f"interrupted after the answer-cell limit of {float(CHECK_TIMEOUT):g} s")
