@@ -114,3 +114,15 @@ def files_hash(files: Iterable[tuple[str, Path]]) -> str:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
+
+
+def library_hash() -> str:
+    """:func:`files_hash` of course_lib's own files (code and data: ``.py``, ``.js``,
+    ``.json``, ``.tsv``), named by their path inside the package: what changes when the
+    library does (the book rebuilds its pages; the grader does not reuse earlier reports)."""
+    here = Path(__file__).resolve().parent
+    return files_hash(
+        (str(path.relative_to(here)), path)
+        for path in sorted(here.rglob("*"))
+        if path.suffix in {".py", ".js", ".json", ".tsv"} and "__pycache__" not in path.parts
+    )

@@ -11,7 +11,16 @@ __all__ = ["register"]
 
 
 # grade_files's options that the command line gives under the same names
-_GRADE_OPTIONS = ("assignment", "jobs", "timeout", "check_timeout", "solutions", "sandbox", "format")
+_GRADE_OPTIONS = (
+    "assignment",
+    "jobs",
+    "timeout",
+    "check_timeout",
+    "solutions",
+    "sandbox",
+    "format",
+    "resume",
+)
 
 
 def _grade_cmd(args) -> int:
@@ -62,7 +71,8 @@ def register(sub) -> None:
         "grade",
         help="grade submitted exercise notebooks",
         description="Grade submitted notebooks against the instructor's solutions/NN_topic.ipynb. Writes "
-        "DIR/grades.csv and DIR/<stem>/report.{json,md}; exits 0 when every submission got a row.",
+        "DIR/<stem>/report.{json,md} as each submission is graded and DIR/grades.csv at the end (also "
+        "after Ctrl-C, listing what was not graded); exits 0 when every submission got a row.",
     )
     p.add_argument("submissions", nargs="+", metavar="SUBMISSION.ipynb")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for grades.csv and the reports")
@@ -122,5 +132,11 @@ def register(sub) -> None:
         choices=["course", "gradescope"],
         default="course",
         help="gradescope: also write each submission's results.json in Gradescope's autograder format",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the reports already in DIR of submissions graded from the same file under the same "
+        "grading (solution, course_lib, limits) and grade only the others, e.g. after Ctrl-C",
     )
     p.set_defaults(func=_grade_cmd)

@@ -31,9 +31,11 @@ from queue import Queue
 from .format import META, Assignment, FormatError, load_assignment
 from .report import (
     clean_text,
+    earlier_report,
     exercise_summary,
     format_points,
     gradescope_results,
+    report_folders,
     write_atomic,
     write_grades_csv,
     write_report,
@@ -66,6 +68,7 @@ class Submission:
     by_id: dict[str, str] = field(default_factory=dict)  # code cell id -> source
     by_marker: dict[str, str] = field(default_factory=dict)  # metadata course.answer -> source (last wins)
     error: str | None = None
+    sha256: str | None = None  # of the file's bytes (a resumed batch reuses the report of the same file)
     # every code cell in notebook order: {"id", "marker", "tags", "source", "exercise"} (the
     # exercise whose instructions, a markdown cell tagged "exercise", come last above it)
     cells: list[dict] = field(default_factory=list)
@@ -179,6 +182,7 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
     if len(raw) > max_bytes:
         sub.error = f"file too large (the limit is {max_bytes / 2**20:g} MB)"
         return sub
+    sub.sha256 = hashlib.sha256(raw).hexdigest()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -187,7 +191,8 @@ def read_submission(path: str, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> Submis
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
-        sub.error = f"not a notebook (invalid JSON: {exc.msg} at line {exc.lineno})"
+        what = re.sub(r"\s+(starting\s+)?at$", "", exc.msg)  # "Unterminated string starting at"
+        sub.error = f"not a notebook (invalid JSON at line {exc.lineno}, column {exc.colno}: {what})"
         return sub
     except (ValueError, RecursionError):
         sub.error = "not a notebook (invalid or too deeply nested JSON)"
@@ -383,50 +388,6 @@ class _Checker:
                 pass
 
 
-RESERVED_NAMES = {"grades.csv"}  # what the output folder holds besides the report folders
-_HASHED = re.compile(r"__[0-9a-f]{10}(-[0-9]+)?$")
-
-
-def _safe_stem(path: str) -> str:
-    stem = Path(path).stem
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem)[:100]
-    if stem.startswith("."):
-        stem = "_" + stem[1:]
-    return "_" if stem in ("", "_.", "_..") else stem
-
-
-def _path_hash(path: str) -> str:
-    try:
-        raw = os.fsencode(str(path))  # the name's bytes on disk (undecodable bytes come back as they were)
-    except UnicodeEncodeError:  # a lone surrogate that no file system name decodes to (e.g. "\ud800")
-        raw = str(path).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(raw).hexdigest()[:10]
-
-
-def report_folders(paths: list[str]) -> list[str]:
-    """One report folder name per submission: unique (also on case-insensitive file systems),
-    never a name the output folder already uses (``grades.csv``), and stable: the same path
-    gets the same folder in every run, whatever else is in the batch. A file's stem is used
-    as it is when no other submission (and no reserved name) maps to it; otherwise a hash of
-    the path as given is appended (``x__3f2a9c01b7``)."""
-    stems = [_safe_stem(str(p)) for p in paths]
-    counts: dict[str, int] = {}
-    for s in stems:
-        counts[s.lower()] = counts.get(s.lower(), 0) + 1
-    out: list[str] = []
-    taken: set[str] = set()
-    for p, stem in zip(paths, stems):
-        plain = counts[stem.lower()] == 1 and stem.lower() not in RESERVED_NAMES and not _HASHED.search(stem)
-        name = stem if plain else f"{stem[:80]}__{_path_hash(str(p))}"
-        n = 1
-        while name.lower() in taken:  # the same path given twice
-            n += 1
-            name = f"{stem[:80]}__{_path_hash(str(p))}-{n}"
-        taken.add(name.lower())
-        out.append(name)
-    return out
-
-
 def grade_files(
     paths: list[str],
     out_dir: str | os.PathLike,
@@ -440,9 +401,15 @@ def grade_files(
     limits: SandboxLimits | None = None,
     log=None,
     format: str = "course",
+    resume: bool = False,
 ) -> list[dict]:
     """Grade ``paths`` into ``out_dir``; returns the rows of grades.csv (each graded row with
     ``exercises``: exercise id -> points, and ``exercise_max``). Raises :class:`GradeError`.
+    Each report is written as soon as its submission is graded. On Ctrl-C
+    (``KeyboardInterrupt``, raised again after) the checkers are stopped and grades.csv lists
+    what was graded and, as not graded, the rest; ``resume=True`` keeps the report of every
+    submission graded earlier from the same file under the same grading (:func:`grading_key`)
+    and grades only the others.
     ``format="gradescope"`` also writes each submission's ``results.json`` (Gradescope's
     autograder format) next to its report."""
     if format not in ("course", "gradescope"):
@@ -496,15 +463,50 @@ def grade_files(
     }
     folders = report_folders(paths)
     csv_path = out / "grades.csv"
-    try:  # never leave an earlier run's gradebook in place: it is written afresh below, or not at all
-        csv_path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise GradeError(f"cannot replace {csv_path}: {exc.strerror or exc}") from None
     rows: list[dict] = [{} for _ in paths]
     reports: list[dict] = [{} for _ in paths]
     todo = []
+    not_written: list[str] = []
+    interrupted = threading.Event()
+    write_lock = threading.Lock()
+    settings = {"timeout": timeout, "check_timeout": check_timeout, "mode": mode, "limits": vars(limits)}
+
+    def finish(i: int) -> None:
+        """Write submission ``i``'s report now (an interrupted batch keeps every finished one)."""
+        row = rows[i]
+        row["status"] = " ".join(clean_text(row["status"]).split())[:500]
+        report = {
+            "submission": str(paths[i]),
+            "assignment": row["assignment"],
+            "points": row["points"],
+            "max_points": row["max_points"],
+            "status": row["status"],
+            "report_folder": folders[i],
+            **{
+                k: v
+                for k, v in reports[i].items()
+                if k not in ("submission", "assignment", "points", "max_points", "status")
+            },
+        }
+        try:
+            asg = cache.get(row["assignment"]) if row["assignment"] else None
+            titles = {e.id: e.title for e in asg.exercises} if asg else {}
+            write_report(out / folders[i], report, titles)
+            if format == "gradescope":
+                results = gradescope_results(report, titles)
+                write_atomic(
+                    out / folders[i] / "results.json",
+                    json.dumps(results, indent=1, ensure_ascii=False) + "\n",
+                )
+        except Exception as exc:
+            with write_lock:
+                not_written.append(folders[i])
+            log(
+                clean_text(
+                    f"{paths[i]}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"
+                )
+            )
+            row["status"] = f"{row['status']} (report not written: {type(exc).__name__})"
 
     def error_row(i: int, path, name, max_points, status: str) -> None:
         base = {
@@ -517,7 +519,9 @@ def grade_files(
         log(clean_text(f"{path}: {status}"))
         rows[i] = base
         reports[i] = {**base, "checks": [], "answers": [], "warnings": [warning] if warning else []}
+        finish(i)
 
+    reused = 0
     for i, path in enumerate(paths):
         try:
             sub = read_submission(path)
@@ -558,7 +562,16 @@ def grade_files(
             if error is not None:
                 error_row(i, path, name, base["max_points"], f"error: {error}")
                 continue
-            todo.append((i, asg, answers, base, plan, notes))
+            key = {"submission_sha256": sub.sha256, "grading": grading_key(asg, settings)}
+            earlier = earlier_report(out / folders[i], key) if resume else None
+            if earlier is not None:
+                rows[i] = {
+                    **base,
+                    **{k: earlier[k] for k in ("points", "max_points", "exercises", "exercise_max")},
+                }
+                reused += 1
+                continue
+            todo.append((i, asg, answers, {**base, **key}, plan, notes))
         except Exception as exc:
             error_row(
                 i,
@@ -567,6 +580,10 @@ def grade_files(
                 0,
                 f"error: grader failure while reading the file: {type(exc).__name__}: {exc}",
             )
+    if reused:
+        log(
+            f"--resume: {reused} submission(s) kept from the reports already in {out} (same file, same grading)"
+        )
 
     checkers: Queue = Queue()
     n_checkers = max(1, min(jobs, len(todo)))
@@ -578,6 +595,9 @@ def grade_files(
             reply = first.grade({"op": "preflight", "mode": mode, "limits": vars(limits)}, PREFLIGHT_TIMEOUT)
         except (RuntimeError, ValueError) as exc:
             reply = {"ok": False, "error": str(exc)}
+        except KeyboardInterrupt:
+            first.close()
+            raise
         if not reply.get("ok"):
             first.close()
             raise GradeError(
@@ -586,13 +606,15 @@ def grade_files(
         created.append(first)
         checkers.put(first)
 
-    def take_checker() -> _Checker:
+    def take_checker() -> _Checker | None:
         with lock:
+            if interrupted.is_set():
+                return None
             if checkers.empty() and len(created) < n_checkers:
                 c = _Checker()
                 created.append(c)
                 return c
-        return checkers.get()
+        return checkers.get()  # None after an interruption
 
     def grade_one(item):
         i, asg, answers, base, plan, notes = item
@@ -610,18 +632,23 @@ def grade_files(
         reply, err = None, None
         for attempt in range(2):
             checker = take_checker()
+            if checker is None:
+                return
             try:
                 reply = checker.grade(request, timeout + CHECKER_SLACK)
             except (RuntimeError, ValueError) as exc:  # ValueError: a reply that is not JSON
                 err = str(exc)
                 checker.close()
                 with lock:
-                    created.remove(checker)
+                    if checker in created:
+                        created.remove(checker)
                 if isinstance(exc, _CheckerOutOfTime):  # killed for time: never again for the same submission
                     break
                 continue
             checkers.put(checker)
             break
+        if interrupted.is_set():  # its checker was stopped: not graded, no report
+            return
         if reply is not None and reply.get("ok"):
             result = reply["result"]
             per_ex: dict[str, float] = {e.id: 0 for e in asg.exercises}
@@ -644,6 +671,7 @@ def grade_files(
             report = {**row, "checks": [], "answers": [], "warnings": [warning] if warning else []}
         rows[i] = row
         reports[i] = report
+        finish(i)
         log(
             clean_text(
                 f"{base['submission']}: {format_points(row['points'])}/{format_points(row['max_points'])} {row['status']}"
@@ -654,6 +682,8 @@ def grade_files(
         try:
             grade_one(item)
         except Exception as exc:
+            if interrupted.is_set():
+                return
             i, base = item[0], item[3]
             error_row(
                 i,
@@ -663,48 +693,31 @@ def grade_files(
                 f"error: grader failure: {type(exc).__name__}: {exc}",
             )
 
+    pool = ThreadPoolExecutor(max_workers=n_checkers)
     try:
-        with ThreadPoolExecutor(max_workers=n_checkers) as pool:
-            list(pool.map(grade_safely, todo))
+        for future in [pool.submit(grade_safely, item) for item in todo]:
+            future.result()
+    except KeyboardInterrupt:  # Ctrl-C: stop the checkers, keep what was graded, write the gradebook
+        interrupted.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        with lock:
+            stopping = list(created)
+        for c in stopping:
+            c.close()
+        for _ in range(n_checkers):
+            checkers.put(None)
     finally:
+        pool.shutdown(wait=True)
         for c in created:
             c.close()
 
-    not_written = []
-    for i, path in enumerate(paths):
-        row = rows[i]
-        row["status"] = " ".join(clean_text(row["status"]).split())[:500]
-        report = {
-            "submission": str(path),
-            "assignment": row["assignment"],
-            "points": row["points"],
-            "max_points": row["max_points"],
-            "status": row["status"],
-            "report_folder": folders[i],
-            **{
-                k: v
-                for k, v in reports[i].items()
-                if k not in ("submission", "assignment", "points", "max_points", "status")
-            },
+    pending = {item[0]: item[3] for item in todo}
+    missing = [i for i, row in enumerate(rows) if not row]
+    for i in missing:  # interrupted before it was graded: a row that says so, no report
+        rows[i] = {
+            **pending[i],
+            "status": "not graded: the batch was interrupted (run the same command with --resume)",
         }
-        try:
-            asg = cache.get(row["assignment"]) if row["assignment"] else None
-            titles = {e.id: e.title for e in asg.exercises} if asg else {}
-            write_report(out / folders[i], report, titles)
-            if format == "gradescope":
-                results = gradescope_results(report, titles)
-                write_atomic(
-                    out / folders[i] / "results.json",
-                    json.dumps(results, indent=1, ensure_ascii=False) + "\n",
-                )
-        except Exception as exc:
-            not_written.append(folders[i])
-            log(
-                clean_text(
-                    f"{path}: the report could not be written to {out / folders[i]}: {type(exc).__name__}: {exc}"
-                )
-            )
-            row["status"] = f"{row['status']} (report not written: {type(exc).__name__})"
     try:
         write_grades_csv(csv_path, rows)
     except Exception as exc:
@@ -713,7 +726,35 @@ def grade_files(
         ) from None
     if not_written:
         log(f"warning: {len(not_written)} report(s) could not be written: {', '.join(not_written[:10])}")
+    others = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.is_dir() and (p / "report.json").is_file() and p.name not in folders
+    )
+    if others:
+        log(
+            f"note: {len(others)} report folder(s) in {out} are not from this batch (an earlier run's; grades.csv "
+            f"lists this batch only): {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}"
+        )
+    if interrupted.is_set():
+        log(
+            f"interrupted: {len(paths) - len(missing)} of {len(paths)} submission(s) have their report; grades.csv "
+            "lists the rest as not graded. The same command with --resume grades only those."
+        )
+        raise KeyboardInterrupt
     summary = exercise_summary(rows)
     if summary:
         log("per exercise (graded submissions):\n  " + "\n  ".join(summary))
     return rows
+
+
+def grading_key(asg: Assignment, settings: dict) -> str:
+    """What decides a submission's grade besides its file: the solution notebook, the
+    course_lib code that grades it and the limits. A report written under another key is
+    never reused by ``--resume``."""
+    from ..hashing import files_hash, library_hash
+
+    solution = files_hash([("solution", Path(asg.path))])
+    return hashlib.sha256(
+        json.dumps([solution, library_hash(), settings], sort_keys=True).encode()
+    ).hexdigest()

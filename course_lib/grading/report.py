@@ -1,4 +1,4 @@
-"""Write ``grades.csv``, ``report.json`` and ``report.md``.
+"""Write ``grades.csv``, ``report.json`` and ``report.md``, and name the report folders.
 
 Everything a student's code produced (printed text, exception messages, tracebacks) is
 shown in ``report.md`` only inside code blocks whose fence is longer than any run of
@@ -9,8 +9,10 @@ replaced by visible escapes, so it cannot format, link, or hide anything.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -31,6 +33,8 @@ __all__ = [
     "exercise_summary",
     "gradescope_results",
     "CSV_HEADER",
+    "report_folders",
+    "earlier_report",
 ]
 
 CSV_HEADER = ["submission", "assignment", "points", "max_points", "status"]
@@ -265,3 +269,62 @@ def gradescope_results(report: dict, titles: dict[str, str] | None = None) -> di
         "visibility": "visible",
         "tests": tests,
     }
+
+
+RESERVED_NAMES = {"grades.csv"}  # what the output folder holds besides the report folders
+_HASHED = re.compile(r"__[0-9a-f]{10}(-[0-9]+)?$")
+
+
+def _safe_stem(path: str) -> str:
+    stem = Path(path).stem
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", stem)[:100]
+    if stem.startswith("."):
+        stem = "_" + stem[1:]
+    return "_" if stem in ("", "_.", "_..") else stem
+
+
+def _path_hash(path: str) -> str:
+    try:
+        raw = os.fsencode(str(path))  # the name's bytes on disk (undecodable bytes come back as they were)
+    except UnicodeEncodeError:  # a lone surrogate that no file system name decodes to (e.g. "\ud800")
+        raw = str(path).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:10]
+
+
+def report_folders(paths: list[str]) -> list[str]:
+    """One report folder name per submission: unique (also on case-insensitive file systems),
+    never a name the output folder already uses (``grades.csv``), and stable: the same path
+    gets the same folder in every run, whatever else is in the batch. A file's stem is used
+    as it is when no other submission (and no reserved name) maps to it; otherwise a hash of
+    the path as given is appended (``x__3f2a9c01b7``)."""
+    stems = [_safe_stem(str(p)) for p in paths]
+    counts: dict[str, int] = {}
+    for s in stems:
+        counts[s.lower()] = counts.get(s.lower(), 0) + 1
+    out: list[str] = []
+    taken: set[str] = set()
+    for p, stem in zip(paths, stems):
+        plain = counts[stem.lower()] == 1 and stem.lower() not in RESERVED_NAMES and not _HASHED.search(stem)
+        name = stem if plain else f"{stem[:80]}__{_path_hash(str(p))}"
+        n = 1
+        while name.lower() in taken:  # the same path given twice
+            n += 1
+            name = f"{stem[:80]}__{_path_hash(str(p))}-{n}"
+        taken.add(name.lower())
+        out.append(name)
+    return out
+
+
+def earlier_report(folder: Path, key: dict) -> dict | None:
+    """The report a submission already has in ``folder`` when it was graded from the same
+    file under the same grading (``key``) and not in error, else None."""
+    try:
+        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("status") != "graded":
+        return None
+    if any(report.get(k) != v for k, v in key.items()):
+        return None
+    needed = ("points", "max_points", "exercises", "exercise_max")
+    return report if all(k in report for k in needed) else None

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..hashing import files_hash
+from ..hashing import library_hash
 
 __all__ = ["ASSETS", "fetch_assets", "vendor_anywidget", "build_book", "project_root", "register"]
 
@@ -210,19 +210,10 @@ def vendor_anywidget(vendor: Path) -> Path:
     return target
 
 
-def _library_fingerprint() -> str:
-    here = Path(__file__).resolve().parents[1]  # course_lib
-    return files_hash(
-        (str(path.relative_to(here)), path)
-        for path in sorted(here.rglob("*"))
-        if path.suffix in {".py", ".js", ".json", ".tsv"} and "__pycache__" not in path.parts
-    )
-
-
 def _library_changed(root: Path) -> bool:
     """True when course_lib changed since the last build (and remember the new state)."""
     stamp = root / "_build" / ".course_lib_fingerprint"
-    now = _library_fingerprint()
+    now = library_hash()
     old = stamp.read_text() if stamp.exists() else None
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(now)

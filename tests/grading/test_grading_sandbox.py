@@ -872,3 +872,84 @@ def test_requires_grad_crosses_the_sandbox_both_ways():
     assert cut.ok and [key for key, _ in cut.mutated] == [0]
     now = to_python(cut.mutated[0][1])
     assert torch.equal(now, x.detach()) and not now.requires_grad
+
+
+def _checkers_with(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds ``marker`` (a batch's checkers)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_keeps_every_finished_report_and_resume_grades_only_the_rest(tmp_path):
+    """A student's review: Ctrl-C in a class batch deleted the old gradebook and wrote nothing,
+    not even the reports of the submissions already graded (they were written at the end), and
+    there was no way to continue. Now each report is written when its submission is graded; on
+    Ctrl-C the checkers stop, grades.csv lists the graded ones and the rest as not graded, and
+    the exit is 130 with one line; ``--resume`` keeps those reports (not rewritten) and grades
+    the rest; a changed file is graded again."""
+    import signal
+
+    honest = Case("honest").write(tmp_path)
+    subs = []
+    for k in range(8):
+        path = tmp_path / f"s{k}.ipynb"
+        shutil.copy(honest, path)
+        subs.append(str(path))
+    out = tmp_path / "out"
+    marker = f"COURSE_TEST_BATCH={os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
+    cmd = [
+        sys.executable,
+        "-m",
+        "course_lib.cli",
+        "grade",
+        *subs,
+        "--out",
+        str(out),
+        "--sandbox",
+        "bwrap" if HAVE_BWRAP else "none",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    deadline = time.monotonic() + 300
+    while not (out / "s1" / "report.json").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert (out / "s1" / "report.json").exists(), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "course grade: interrupted", err[-2000:]
+    assert "--resume grades only those" in err
+    with open(out / "grades.csv", newline="") as fh:
+        rows = {Path(r["submission"]).stem: r for r in csv.DictReader(fh)}
+    graded = {k for k, r in rows.items() if r["status"] == "graded"}
+    assert len(rows) == 8 and 2 <= len(graded) < 8, rows
+    assert all(
+        rows[k]["status"].startswith("not graded: the batch was interrupted") for k in rows.keys() - graded
+    )
+    assert {k for k in rows if (out / k / "report.json").exists()} == graded
+    time.sleep(1)
+    assert _checkers_with(marker) == [], "checker processes outlived the interrupted batch"
+    kept = {k: (out / k / "report.json").stat().st_mtime_ns for k in graded}
+    changed = sorted(graded)[0]
+    Path(subs[int(changed[1:])]).write_text(Path(subs[int(changed[1:])]).read_text() + "\n")
+    done = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"--resume: {len(graded) - 1} submission(s) kept" in done.stderr, done.stderr[-2000:]
+    with open(out / "grades.csv", newline="") as fh:
+        rows = {Path(r["submission"]).stem: r for r in csv.DictReader(fh)}
+    assert all(r["status"] == "graded" and r["points"] == "12" for r in rows.values()), rows
+    for k, mtime in kept.items():
+        assert ((out / k / "report.json").stat().st_mtime_ns == mtime) == (k != changed), k
