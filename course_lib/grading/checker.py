@@ -213,6 +213,7 @@ class _Run:
     # how many the student's functions got right, digests of those results]: the evidence that
     # a visible check's points need (:mod:`course_lib.grading.gate`)
     tally: dict = field(default_factory=dict)
+    fixed: dict = field(default_factory=dict)  # exercise -> the inputs its checks make on every run
     probing: bool = False  # re-running failed checks only to count (the calls answer as the reference)
 
     def ensure_sandbox(self) -> None:
@@ -596,8 +597,8 @@ def _probe_unproven_exercises(
     withheld, re-run its failed checks on drawn inputs (same seeds, same inputs) in probe mode:
     each call is counted, right or wrong, and then answered as the reference would, so the
     check makes all its calls; the re-run's count replaces the first run's. Verdicts and
-    messages stay those of the real run. A lookup table of published results gets none of the
-    drawn calls right; one of a few drawn inputs, a small share."""
+    messages stay those of the real run. A lookup table of published results gets no drawn
+    call right (published inputs never count, even when drawn)."""
     proven = proven_exercises(run.assignment, run.tally, results, fresh)
     unproven = unproven_exercises(run.assignment, results, fresh, proven)
     failed = {r["id"] for r in results if not r["passed"]}

@@ -438,6 +438,12 @@ def grade_files(
         except FormatError as exc:
             raise GradeError(str(exc)) from None
     out = Path(out_dir)
+    from ..files import check_output_path
+
+    try:
+        check_output_path(out, "--out", folder=True)  # a file named as the folder: one line naming it
+    except ValueError as exc:
+        raise GradeError(str(exc)) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-", delete=True)

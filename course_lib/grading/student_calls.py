@@ -185,18 +185,22 @@ class StudentFunction:
         return value
 
     def _tally(self, enc_args, enc_kwargs, ref_value, ref_exc, *, matched: bool) -> None:
-        """Count a compared call whose input was drawn for this submission (not one every run
-        of the check makes) and whose reference result is informative, and whether the
+        """Count a compared call whose input was drawn for this submission (not one that any
+        check of the exercise makes on every run, such as a visible check's published inputs)
+        and whose reference result is informative, and whether the
         student's result matched (``run.tally``: check id -> [such calls, matched, digests of
         the matched results]): the evidence of a working function that a visible check's
         points need (:mod:`course_lib.grading.gate`)."""
-        check = self._check
-        fresh = self._run.reference.fresh_inputs().get(check.id)
-        if ref_exc is not None or not check.compare or fresh is None or not fresh[0]:
+        check, run = self._check, self._run
+        every = run.reference.fresh_inputs()
+        if ref_exc is not None or not check.compare or not every.get(check.id, (False,))[0]:
             return
         from .expected import call_key
 
-        if call_key(enc_args, enc_kwargs) in fresh[1] or not informative(ref_value):
+        if check.exercise not in run.fixed:  # the inputs some check of the exercise always makes
+            ids = {c.id for c in run.assignment.checks if c.exercise == check.exercise}
+            run.fixed[check.exercise] = frozenset().union(*(every[i][1] for i in ids if i in every))
+        if call_key(enc_args, enc_kwargs) in run.fixed[check.exercise] or not informative(ref_value):
             return
         calls, matches, seen = self._run.tally.setdefault(check.id, [0, 0, set()])
         if matched:  # a constant fallback matches only calls that share one result

@@ -703,7 +703,15 @@ def test_exit_code_is_nonzero_only_when_the_grader_cannot_run(tmp_path, monkeypa
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     assert course_main(["grade", sub, "--out", str(not_a_dir), "--assignment", "02_transformer"]) == 1
-    assert "cannot write to the output folder" in capsys.readouterr().err
+    assert f"--out {not_a_dir} is a file; give a folder" in capsys.readouterr().err
+    assert course_main(["grade", sub, "--out", str(not_a_dir / "sub"), "--assignment", "02_transformer"]) == 1
+    assert "is a file, so no folder can be made inside it" in capsys.readouterr().err
+    (tmp_path / "ro").mkdir(mode=0o500)
+    if os.geteuid() != 0:  # (root writes anywhere)
+        assert (
+            course_main(["grade", sub, "--out", str(tmp_path / "ro"), "--assignment", "02_transformer"]) == 1
+        )
+        assert "cannot write to the output folder" in capsys.readouterr().err
     monkeypatch.setattr(sandbox_setup, "_BWRAP_CACHE", {})
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on the PATH
     assert course_main(["grade", sub, "--out", str(tmp_path / "o2"), "--sandbox", "bwrap"]) == 1
