@@ -76,7 +76,12 @@ def get_device(prefer: str | None = None) -> torch.device:
     if choice:
         # name where the choice came from: the argument (a command's --device), or the environment
         source = f"device={choice!r}" if prefer else f"{ENV_VAR}={choice!r}"
-        device = torch.device(choice)
+        try:
+            device = torch.device(choice)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"{source} is not a device: use cpu, cuda, cuda:1 or mps") from None
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"{source}: the course runs on cpu, cuda or mps")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"{source} asks for CUDA, but torch sees no CUDA device")
         if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():

@@ -38,10 +38,18 @@ from .checkpoints import saved_recipe
 __all__ = ["evaluate_folder", "register", "main"]
 
 
-def _rows(model_dir: Path, documents: list, tokenizer: Any, max_len: int | None) -> dict[str, torch.Tensor]:
+def _rows(
+    model_dir: Path, documents: list, tokenizer: Any, max_len: int | None, model
+) -> dict[str, torch.Tensor]:
+    """The held-out rows: ``max_len`` tokens, else the length the model was trained with,
+    else 128 or the model's number of positions if lower (a distilled student records none)."""
     from .objectives.pretraining import pretraining_examples
 
-    length = max_len or saved_recipe(model_dir).get("max_len") or 128
+    # the position table's limit (absolute positions: the BERT family); XLNet's are relative
+    limit = next((m.max_length() for m in model.modules() if callable(getattr(m, "max_length", None))), None)
+    length = int(max_len or saved_recipe(model_dir).get("max_len") or min(128, limit or 128))
+    if limit is not None and length > limit:
+        raise ValueError(f"--max-len {length} is longer than the {limit} positions the model has")
     return pretraining_examples(documents, tokenizer, max_len=int(length), pair_task=None, row_unit="block")
 
 
@@ -283,19 +291,11 @@ def evaluate_folder(
     docstring); ``ValueError``/``FileNotFoundError`` with one line for what it cannot do."""
     from .data.text_files import load_documents
     from .device import get_device
-    from .recipes.common import load_pretrained
+    from .recipes.common import load_pretrained, saved_architecture
 
     model_dir = Path(model_dir)
-    config = model_dir / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(
-            f"{model_dir} is not a model folder written by `course train` (no config.json)"
-        )
-    try:
-        architecture = json.loads(config.read_text()).get("architecture", "BertForPreTraining")
-    except ValueError:
-        raise ValueError(f"{config} is not valid JSON") from None
-    dev = get_device(device)
+    dev = get_device(device)  # a device that is not one: said before anything is read
+    architecture = saved_architecture(model_dir)  # (no config.json, a Hugging Face folder: one line)
     own = {"ElmoLanguageModel": (_elmo, "biLM"), "TransfoXLLMHeadModel": (_transfo_xl, "LM with memory")}
     if (model_dir / "labels.json").is_file():  # a `course finetune` folder: a classifier or tagger
         raise ValueError(
@@ -337,7 +337,7 @@ def evaluate_folder(
         )
     model, tokenizer = load_pretrained(model_dir, device=dev)
     documents = load_documents(data)
-    examples = _rows(model_dir, documents, tokenizer, max_len)
+    examples = _rows(model_dir, documents, tokenizer, max_len, model)
     if max_rows is not None:
         examples = {k: v[:max_rows] for k, v in examples.items()}
     n = int(examples["input_ids"].size(0))

@@ -26,6 +26,31 @@ def test_asking_for_a_missing_device_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("COURSE_DEVICE")
     with pytest.raises(ValueError, match="^device='mps' asks for MPS, but it is not available$"):
         get_device("mps")
+    # a name torch does not know, or a device the course does not run on (a traceback before)
+    with pytest.raises(ValueError, match="^device='tpu' is not a device: use cpu, cuda"):
+        get_device("tpu")
+    monkeypatch.setenv("COURSE_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="^COURSE_DEVICE='gpu' is not a device"):
+        get_device()
+    with pytest.raises(ValueError, match="^device='meta': the course runs on cpu, cuda or mps$"):
+        get_device("meta")
+
+
+def test_an_unknown_device_is_one_line_in_every_command(tmp_path, monkeypatch, capsys):
+    """A practitioner's review: `course eval --device tpu` and COURSE_DEVICE=gpu for any
+    command ended in a traceback; now one line, exit 2."""
+    from course_lib.cli import main
+
+    (tmp_path / "t.txt").write_text("Some text here. More text there.\n")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path), "--data", str(tmp_path / "t.txt"), "--device", "tpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'tpu' is not a device" in err and len(err.splitlines()) == 1, err
+    monkeypatch.setenv("COURSE_DEVICE", "gpu")
+    argv = ["train", "bert", "--data", "generated", "--n-docs", "20", "--size", "tiny", "--steps", "2"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "COURSE_DEVICE='gpu' is not a device" in err and len(err.splitlines()) == 1, err
 
 
 def test_cpu_runs_in_float32():

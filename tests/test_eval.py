@@ -262,3 +262,55 @@ def test_a_fine_tuned_or_elmo_folder_is_pointed_where_it_belongs(models, tmp_pat
     (elmo / "config.json").write_text('{"architecture": "ElmoLanguageModel"}')
     with pytest.raises(ValueError, match="load_pretrained_elmo"):
         load_pretrained(elmo)
+
+
+def test_a_hugging_face_folder_given_to_a_course_command_is_named_as_such(tmp_path, capsys):
+    """A practitioner's review: an exported folder given back to `course eval`, `finetune`,
+    `export` or as a distillation teacher said "unknown BertConfig fields [...26 names]", even
+    for XLNet. Now one line naming it a Hugging Face folder."""
+    hf = tmp_path / "hf-xlnet"
+    hf.mkdir()
+    (hf / "config.json").write_text(
+        json.dumps({"model_type": "xlnet", "architectures": ["XLNetLMHeadModel"]})
+    )
+    (hf / "model.safetensors").write_bytes(b"")
+    (tmp_path / "t.txt").write_text("Some text here. More text there.\n")
+    (tmp_path / "c.tsv").write_text("pos\tgood\nneg\tbad\n" * 4)
+    capsys.readouterr()
+    for argv in (
+        ["eval", str(hf), "--data", str(tmp_path / "t.txt")],
+        [
+            "finetune",
+            str(hf),
+            "--task",
+            "classify",
+            "--train",
+            str(tmp_path / "c.tsv"),
+            "--out",
+            str(tmp_path / "f"),
+        ],
+        ["export", str(hf), str(tmp_path / "e")],
+        ["train", "distill", "--teacher", str(hf), "--data", "generated", "--out", str(tmp_path / "d")],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert "is a Hugging Face model folder (model_type 'xlnet'" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_distilled_student_is_scored_within_its_positions(models, tmp_path, capsys):
+    """A practitioner's review: a student distilled from a teacher of 64 positions records no
+    max_len, so eval built rows of 128 tokens and failed ("input (max_position_embeddings)
+    length 128 exceeds ..."). The default now stays within the model's positions; a --max-len
+    beyond them is one line naming both."""
+    folders, held = models
+    teacher = tmp_path / "teacher"
+    assert main(["train", "bert", *TRAIN, "--max-len", "32", "--out", str(teacher)]) == 0
+    student = tmp_path / "student"
+    argv = ["train", "distill", "--teacher", str(teacher), "--data", "generated", "--n-docs", "40"]
+    assert main([*argv, "--layers", "1", "--steps", "2", "--batch-size", "8", "--out", str(student)]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(student), "--data", str(held), "--max-rows", "4"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] > 0
+    assert main(["eval", str(student), "--data", str(held), "--max-len", "100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--max-len 100 is longer than the 32 positions the model has" in err and len(err.splitlines()) == 1

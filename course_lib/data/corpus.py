@@ -166,14 +166,17 @@ class Sentence:
     senses: tuple[tuple[int, str], ...] = ()  # (token index, sense label), e.g. (4, "traffic")
     coref: tuple[tuple[int, int], ...] = ()  # (pronoun index, antecedent head index)
     names: tuple[tuple[int, int], ...] = ()  # [start, end) spans of multi-token names
+    written: str | None = None  # a user's sentence as it was written (spaces normalised)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     @property
     def text(self) -> str:
-        """The sentence as ordinary text (``word_tokenize(text) == tokens``)."""
-        return detokenize(self.tokens)
+        """The sentence as ordinary text (``word_tokenize(text) == tokens``): as the user wrote
+        it for a sentence read from a file (quotes, emoji sequences and spacing kept), else
+        the tokens joined (:func:`~course_lib.data.words.detokenize`)."""
+        return self.written if self.written is not None else detokenize(self.tokens)
 
     @property
     def has_tree(self) -> bool:

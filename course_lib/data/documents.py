@@ -17,6 +17,7 @@ from .tokenizers import train_byte_bpe, train_wordpiece
 
 __all__ = [
     "sentence_texts",
+    "running_texts",
     "train_tokenizer",
     "tokenize_documents",
     "segment_documents",
@@ -34,9 +35,22 @@ def sentence_texts(doc: Any) -> list[str]:
     return [s.text if hasattr(s, "text") else str(s) for s in doc]
 
 
+def running_texts(doc: Any) -> list[str]:
+    """A document's sentences as they stand in its running text: each after the first with
+    the space before it. A byte-level BPE tokenizer makes that space part of the next word
+    (``ĠThe``, not ``The``), as in any text it is later given; WordPiece ignores it."""
+    texts = sentence_texts(doc)
+    return texts[:1] + [" " + t for t in texts[1:]]
+
+
 def train_tokenizer(documents: Sequence[Any], *, kind: str = "wordpiece", vocab_size: int = 4000):
-    """A WordPiece (BERT) or byte-level BPE (RoBERTa) tokenizer trained on the documents' sentences."""
+    """A WordPiece (BERT) or byte-level BPE (RoBERTa) tokenizer trained on the documents'
+    sentences; a byte-level BPE also on the sentences as they stand in running text
+    (:func:`running_texts`), so that it learns both ``The`` (a sentence given alone) and
+    ``ĠThe`` (a sentence start inside a text). WordPiece ignores the space."""
     texts = [t for d in documents for t in sentence_texts(d)]
+    if kind == "byte-bpe":
+        texts += [t for d in documents for t in running_texts(d)[1:]]
     if not texts:
         raise ValueError("the documents hold no sentences to train a tokenizer on")
     if kind == "wordpiece":
@@ -46,13 +60,18 @@ def train_tokenizer(documents: Sequence[Any], *, kind: str = "wordpiece", vocab_
     raise ValueError(f"tokenizer kind must be 'wordpiece' or 'byte-bpe', got {kind!r}")
 
 
-def tokenize_documents(documents: Sequence[Any], tokenizer) -> list[list[list[int]]]:
+def tokenize_documents(
+    documents: Sequence[Any], tokenizer, *, running: bool = False
+) -> list[list[list[int]]]:
     """Token ids without special tokens: ``[document][sentence][token]``.
 
     ``documents``: :class:`~course_lib.data.corpus.Document` objects (generated or read by
-    :func:`~course_lib.data.load_documents`) or lists of sentence strings.
+    :func:`~course_lib.data.load_documents`) or lists of sentence strings. ``running``: each
+    sentence encoded as it stands in the document's running text (:func:`running_texts`),
+    for rows that join a document's sentences into one stream; else each on its own, as a
+    sentence or a pair's segment is later given to the tokenizer.
     """
-    per_doc = [sentence_texts(d) for d in documents]
+    per_doc = [running_texts(d) if running else sentence_texts(d) for d in documents]
     flat = [t for texts in per_doc for t in texts]
     if not flat:
         raise ValueError("the documents hold no sentences")

@@ -188,7 +188,11 @@ def read_text_files(source, *, encoding: str | None = None, max_sentence_words: 
         for para in _PARAGRAPH_RE.split(text):
             sents = []
             for s in _sentences(para):
-                toks = _cap(word_tokenize(s))
+                words = word_tokenize(s)
+                toks = _cap(words)
+                if len(toks) <= max_sentence_words and toks == words:  # whole: keep it as written
+                    sents.append(Sentence(tokens=tuple(toks), written=s.strip()))
+                    continue
                 for i in range(0, len(toks), max_sentence_words):
                     sents.append(Sentence(tokens=tuple(toks[i : i + max_sentence_words])))
             if sents:

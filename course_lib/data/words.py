@@ -33,8 +33,9 @@ _NO_SPACE_BEFORE = frozenset(
 _NO_SPACE_AFTER = frozenset({"(", "$"})
 
 # A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before
-# whitespace and an upper-case letter, a digit or an opening quote.
-_SENTENCE_END_RE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?[A-Z0-9])")
+# whitespace and an upper-case letter of any script (Ü, É, Я), a digit or an opening quote:
+# the regex finds the candidates, :func:`split_sentences` keeps those before such a letter.
+_SENTENCE_END_RE = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"')\]]))\s+(?=[\"'(\[]?(\w))")
 
 
 def word_tokenize(text: str) -> list[str]:
@@ -55,7 +56,8 @@ def detokenize(tokens: list[str] | tuple[str, ...]) -> str:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Split a paragraph into sentences at ``. ! ?`` followed by a capital letter or digit.
+    """Split a paragraph into sentences at ``. ! ?`` followed by a capital letter (of any
+    script) or digit.
 
     A heuristic (abbreviations such as "Dr. Smith" split wrongly); good enough for training
     a language model on one's own text.
@@ -63,4 +65,10 @@ def split_sentences(text: str) -> list[str]:
     text = " ".join(text.split())
     if not text:
         return []
-    return [s for s in _SENTENCE_END_RE.split(text) if s.strip()]
+    out, start = [], 0
+    for m in _SENTENCE_END_RE.finditer(text):
+        if m.group(1).isupper() or m.group(1).isdigit():
+            out.append(text[start : m.start()])
+            start = m.end()
+    out.append(text[start:])
+    return [s for s in out if s.strip()]

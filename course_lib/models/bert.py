@@ -225,7 +225,7 @@ class BertEmbeddings(nn.Module):
 
     def default_position_ids(self, input_ids: Tensor) -> Tensor:
         """BERT numbers positions ``0, 1, ..., n-1`` (padding included)."""
-        check_length(input_ids.size(1), self.max_length(), "input (max_position_embeddings)")
+        check_length(input_ids.size(1), self.max_length(), "input")
         return torch.arange(input_ids.size(1), device=input_ids.device)[None, :]
 
     def forward(

@@ -23,9 +23,8 @@ def check_length(length: int, max_len: int, what: str = "sequence") -> None:
     """Raise ``ValueError`` naming the limit when ``length > max_len``."""
     if length > max_len:
         raise ValueError(
-            f"{what} length {length} exceeds the maximum of {max_len} positions "
-            f"(max_len / max_position_embeddings = {max_len}); truncate the input or build the model with a "
-            "larger limit"
+            f"{what} length {length} exceeds the maximum of {max_len} positions the model has "
+            "(max_len / max_position_embeddings); truncate the input or build the model with a larger limit"
         )
 
 

@@ -93,7 +93,9 @@ def pretraining_examples(
         raise ValueError(f"nsp_unit must be 'sentence' or 'segment', got {nsp_unit!r}")
     check_row_unit(row_unit, pair_task)
     ids = special_ids(tokenizer)
-    docs = tokenize_documents(documents, tokenizer)
+    # a stream of blocks is running text (a sentence start inside it carries its space); a
+    # sentence row or a pair's segment is given to a tokenizer on its own
+    docs = tokenize_documents(documents, tokenizer, running=pair_task is None and row_unit == "block")
     if pair_task is not None and nsp_unit == "segment":
         docs = segment_documents(docs, (max_len - 3) // 2)
     if pair_task is not None:

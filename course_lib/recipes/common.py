@@ -1,9 +1,10 @@
-"""What every recipe shares: the registry of model classes, the checks and the cached training
-run of a recipe, the skeleton of its command line (``course <command>``: options, run,
+"""What every recipe shares: the registry of model classes (:mod:`.registry`), the checks and
+the cached training run of a recipe, the skeleton of its command line (``course <command>``: options, run,
 report), the metadata stored with a trained model, and saving and loading a model folder by
 its registered class. Used by every recipe.
 
-**The registry.** A recipe builds, saves and loads models by class *name*:
+**The registry** (:mod:`course_lib.recipes.registry`, imported here). A recipe builds,
+saves and loads models by class *name*:
 :func:`register_model` makes a class known (``MODEL_CLASSES[name] = cls``), a saved folder
 records the name (``"architecture"`` in ``config.json``) and :func:`registered_class` turns it
 back into the class, whose ``config_class`` rebuilds the configuration. A new model family
@@ -33,12 +34,15 @@ from ..data import load_documents
 from ..data.documents import sentence_texts
 from ..device import get_device, seed_everything
 from ..files import atomic_write_text
-from ..models.albert import AlbertForMaskedLM, AlbertForPreTraining
-from ..models.bert import BertForMaskedLM, BertForPreTraining, BertLMHeadModel
-from ..models.roberta import RobertaForMaskedLM
-from ..models.transfo_xl import TransfoXLLMHeadModel
-from ..models.xlnet import XLNetLMHeadModel
 from ..train import PRECISIONS, SCHEDULES, History, RunOptions, training_run
+from .registry import (
+    MASKED_LMS,
+    MODEL_CLASSES,
+    architecture_of,
+    is_masked_lm,
+    register_model,
+    registered_class,
+)
 
 __all__ = [
     "MODEL_CLASSES",
@@ -87,79 +91,6 @@ __all__ = [
     "pretraining_summary",
     "load_pretrained",
 ]
-
-# class name -> class: what the recipes can build, save and load
-MODEL_CLASSES: dict[str, type[nn.Module]] = {}
-
-
-def register_model(cls: type[nn.Module]) -> type[nn.Module]:
-    """Make ``cls`` known to the recipes under its name (usable as a class decorator).
-
-    The class needs a ``config_class`` whose ``cls.config_class(**config.to_dict())`` rebuilds
-    its configuration. Registering a *different* class under a taken name is an error.
-    """
-    name = cls.__name__
-    if MODEL_CLASSES.get(name, cls) is not cls:
-        raise ValueError(f"another class is already registered as {name!r}")
-    if not hasattr(cls, "config_class"):
-        raise TypeError(f"{name} has no config_class: the recipes could not rebuild its configuration")
-    MODEL_CLASSES[name] = cls
-    return cls
-
-
-# the transformer families the recipes build, save and load (ELMo registers its own class in
-# recipes/elmo.py: its folders hold a vocabulary, not a tokenizer)
-for _cls in (
-    BertForPreTraining,
-    BertForMaskedLM,
-    BertLMHeadModel,
-    RobertaForMaskedLM,
-    AlbertForPreTraining,
-    AlbertForMaskedLM,
-    XLNetLMHeadModel,
-    TransfoXLLMHeadModel,
-):
-    register_model(_cls)
-del _cls
-
-
-# the registered classes pretrained as masked LMs: where fine-tuning and distillation start
-# (BertLMHeadModel, XLNet and Transformer-XL are left-to-right or permutation LMs)
-MASKED_LMS: tuple[type[nn.Module], ...] = (
-    BertForPreTraining,
-    BertForMaskedLM,
-    RobertaForMaskedLM,
-    AlbertForPreTraining,
-    AlbertForMaskedLM,
-)
-
-
-def is_masked_lm(architecture: str) -> bool:
-    """Whether ``architecture`` (a folder's :func:`saved_architecture`) names a registered
-    masked LM (:data:`MASKED_LMS`, or a subclass of one): a start for ``course finetune`` and
-    a teacher for ``course train distill``. One rule for both commands, read from the classes,
-    not from their names."""
-    cls = MODEL_CLASSES.get(architecture)
-    return cls is not None and issubclass(cls, MASKED_LMS)
-
-
-def registered_class(name: str) -> type[nn.Module]:
-    """The registered class called ``name`` (``ValueError`` naming the registered ones otherwise)."""
-    try:
-        return MODEL_CLASSES[name]
-    except KeyError:
-        raise ValueError(f"unknown architecture {name!r}; registered: {sorted(MODEL_CLASSES)}") from None
-
-
-def architecture_of(model: nn.Module) -> str:
-    """The registered name of ``model``'s class (``TypeError`` when its class is not registered)."""
-    name = type(model).__name__
-    if MODEL_CLASSES.get(name) is not type(model):
-        raise TypeError(
-            f"{name} is not a registered model class (see register_model); registered: "
-            f"{sorted(MODEL_CLASSES)}"
-        )
-    return name
 
 
 def require_positive(**values: int) -> None:
@@ -570,9 +501,23 @@ def saved_architecture(folder: Path | str) -> str:
     if not config.is_file():
         raise FileNotFoundError(f"{folder} is not a model folder written by `course train` (no config.json)")
     try:
-        return json.loads(config.read_text()).get("architecture", "BertForPreTraining")
+        record = json.loads(config.read_text())
     except ValueError:
         raise ValueError(f"{config} is not valid JSON") from None
+    _refuse_hf_config(Path(folder), record)
+    return (
+        record.get("architecture", "BertForPreTraining") if isinstance(record, dict) else "BertForPreTraining"
+    )
+
+
+def _refuse_hf_config(folder: Path, config: Any) -> None:
+    """``ValueError`` for a Hugging Face model folder (``model_type`` and no course
+    ``architecture``: what ``course export`` writes), which course commands do not read."""
+    if isinstance(config, dict) and "model_type" in config and "architecture" not in config:
+        raise ValueError(
+            f"{folder} is a Hugging Face model folder (model_type {config['model_type']!r}, as `course "
+            "export` writes): give the folder `course train` wrote, or load this one with transformers"
+        )
 
 
 def load_model(
@@ -598,6 +543,7 @@ def load_model(
         raise ValueError(f"{folder / 'config.json'} is not valid JSON") from None
     if not isinstance(config, dict):
         raise ValueError(f"{folder / 'config.json'}: expected a JSON object of configuration fields")
+    _refuse_hf_config(folder, config)
     architecture = config.pop("architecture", default_architecture)
     try:
         cls = registered_class(architecture)

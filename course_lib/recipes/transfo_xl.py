@@ -90,7 +90,8 @@ def transfo_xl_config(size: str, *, vocab_size: int, mem_len: int, dropout: floa
 def token_stream(documents: Sequence[Any], tokenizer) -> Tensor:
     """``[n]`` token ids: every document's sentences in order, ``[SEP]`` after each document."""
     sep = special_ids(tokenizer)["sep"]
-    ids = [t for doc in tokenize_documents(documents, tokenizer) for t in [*(x for s in doc for x in s), sep]]
+    docs = tokenize_documents(documents, tokenizer, running=True)
+    ids = [t for doc in docs for t in [*(x for s in doc for x in s), sep]]
     return torch.tensor(ids, dtype=torch.long)
 
 

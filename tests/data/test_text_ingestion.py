@@ -140,3 +140,73 @@ def test_a_byte_order_mark_is_no_word_label_or_option(tmp_path, capsys):
         )
         errors.append(capsys.readouterr().err.replace(f"c{marked}", "c"))
     assert errors[0] == errors[1] and "dropout" in errors[1]
+
+
+def test_sentences_end_before_a_capital_of_any_script():
+    """A practitioner's review: only A-Z counted as a capital, so German, French and Russian
+    sentences starting with Ü, É or Я were glued to the one before (wrong NSP/SOP pairs)."""
+    from course_lib.data.words import split_sentences
+
+    text = (
+        'Er kam. Über alles. Das war 1999. Élodie sang. Я пришёл. Он ушёл. it ends. no split. "Quoted." Next!'
+    )
+    assert split_sentences(text) == [
+        "Er kam.",
+        "Über alles.",
+        "Das war 1999.",
+        "Élodie sang.",
+        "Я пришёл.",
+        "Он ушёл. it ends. no split.",
+        '"Quoted."',
+        "Next!",
+    ]
+
+
+def test_a_users_sentence_keeps_its_own_text(tmp_path):
+    """A practitioner's review: a sentence read from a file was rebuilt from its words, which
+    put spaces inside „quotes“ and split flag and family emoji into their parts; with byte-level
+    BPE the model then trained on text no user writes. A sentence keeps its text as written
+    (spacing normalised); a sentence cut for length is rebuilt from its words, as before."""
+    from course_lib.data.text_files import read_text_files
+    from course_lib.data.words import word_tokenize
+
+    (tmp_path / "a.txt").write_text(
+        "Er sagte „Guten Morgen“. Flag 🇩🇪 family 👨\u200d👩\u200d👧 here.\n\n" + "Long " * 30 + "end.",
+        encoding="utf-8",
+    )
+    first, second = read_text_files(str(tmp_path), max_sentence_words=12)
+    texts = [s.text for s in first.sentences]
+    assert texts == ["Er sagte „Guten Morgen“.", "Flag 🇩🇪 family 👨\u200d👩\u200d👧 here."]
+    assert all(tuple(word_tokenize(s.text)) == s.tokens for s in first.sentences)
+    assert [len(s.tokens) for s in second.sentences] == [12, 12, 8] and second.sentences[0].written is None
+
+
+def test_block_rows_are_running_text_and_the_byte_bpe_learns_both_sentence_starts():
+    """A practitioner's review: block rows joined sentences encoded one by one, so with
+    byte-level BPE a sentence start inside a text never carried its space (`ĠThe` was not even
+    in the vocabulary) and every real text cost the exported model 9 nats at each sentence
+    boundary. Block rows (and Transformer-XL's stream) now encode sentences as they stand in
+    the text; sentence rows and pairs, given to a tokenizer alone, do not; WordPiece is
+    unchanged (it ignores the space)."""
+    from course_lib.data.corpus import generate_documents
+    from course_lib.data.documents import sentence_texts, tokenize_documents, train_tokenizer
+    from course_lib.data.tokenizers import train_wordpiece
+    from course_lib.objectives.pretraining import pretraining_examples
+
+    docs = generate_documents(120, seed=3)
+    bpe = train_tokenizer(docs, kind="byte-bpe", vocab_size=1500)
+    assert {"The", "ĠThe"} <= set(bpe.get_vocab())
+    blocks = pretraining_examples(docs, bpe, max_len=64, pair_task=None, row_unit="block")
+    pieces = {bpe.id_to_token(i) for i in blocks["input_ids"].flatten().tolist()}
+    assert "ĠThe" in pieces
+    text = " ".join(sentence_texts(docs[0]))  # the document as a user would write it
+    running = [t for s in tokenize_documents(docs[:1], bpe, running=True)[0] for t in s]
+    assert running == bpe.encode(text, add_special_tokens=False).ids
+    alone = tokenize_documents(docs[:1], bpe)[0]
+    assert alone == [bpe.encode(s, add_special_tokens=False).ids for s in sentence_texts(docs[0])]
+    wordpiece = train_tokenizer(docs, kind="wordpiece", vocab_size=1500)
+    assert (
+        wordpiece.get_vocab()
+        == train_wordpiece([t for d in docs for t in sentence_texts(d)], vocab_size=1500).get_vocab()
+    )
+    assert tokenize_documents(docs, wordpiece, running=True) == tokenize_documents(docs, wordpiece)
