@@ -127,6 +127,20 @@ def hf_tokenizer(tokenizer: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def causal_tokenizer(tokenizer: dict[str, Any], specials: dict[str, str]) -> dict[str, Any]:
+    """The tokenizer of an exported causal LM: a text alone reads as the model's training rows
+    begin, ``[CLS] text`` (``<s> text`` for byte-level BPE), with no end marker after the
+    prompt, so that a generation continues it; a pair stays as the course encodes it."""
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_str(json.dumps(tokenizer))
+    cls, sep = specials["cls_token"], specials["sep_token"]
+    ids = [(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))]
+    pair = f"{cls} $A {sep} $B:1 {sep}:1" if cls == "[CLS]" else f"{cls} $A {sep} {sep} $B {sep}"
+    tok.post_processor = processors.TemplateProcessing(single=f"{cls} $A", pair=pair, special_tokens=ids)
+    return json.loads(tok.to_str())
+
+
 def _special_tokens(tokenizer: dict[str, Any]) -> dict[str, str]:
     added = [t["content"] for t in tokenizer.get("added_tokens", []) if t.get("special")]
     out: dict[str, str] = {}
@@ -169,7 +183,10 @@ def reading_direction(folder: Path) -> str:
 def usage_hint(architecture: str, direction: str = "left-to-right") -> str:
     """How to use an exported folder in ``transformers`` (the export command prints it)."""
     if architecture == "BertLMHeadModel":
-        hint = "AutoModelForCausalLM.from_pretrained / pipeline('text-generation', model=...)"
+        hint = (
+            "AutoModelForCausalLM.from_pretrained / pipeline('text-generation', model=...), called with "
+            "add_special_tokens=True so that a prompt starts as the training rows did ([CLS] or <s>)"
+        )
         if direction == "right-to-left":
             hint += (
                 "; this model reads right to left (trained on reversed sequences): reverse each "
@@ -230,6 +247,9 @@ def export_model(source: str | Path, out: str | Path) -> Path:
         "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
         **specials,
     }
+    if architecture == "BertLMHeadModel":  # a generator: prompts without an end marker, padded on the left
+        tokenizer = causal_tokenizer(tokenizer, specials)
+        tokenizer_config["padding_side"] = "left"
     atomic_write_text(out / "tokenizer.json", json.dumps(hf_tokenizer(tokenizer), ensure_ascii=False))
     atomic_write_text(out / "tokenizer_config.json", json.dumps(tokenizer_config, indent=1))
     atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=1))

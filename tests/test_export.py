@@ -197,3 +197,31 @@ def test_a_right_to_left_model_says_so_in_its_export(tmp_path, capsys):
             assert "reads right to left" in said and "text-generation" in said
         else:
             assert not hasattr(config, "course_reading_direction") and "right to left" not in said
+
+
+def test_the_causal_export_generates_as_it_was_trained(exported):
+    """A practitioner's review: the exported causal LM's tokenizer padded on the right (batched
+    generation continued the padding) and ended a prompt with [SEP] (an end marker the model
+    never saw before a continuation). Now a prompt reads `[CLS] text`, as the training rows
+    begin, and batches pad on the left: batched greedy generation equals one prompt at a time."""
+    from course_lib.recipes.common import load_pretrained
+
+    model_dir, hf_dir = exported["causal"]
+    _, course_tok = load_pretrained(model_dir)
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    assert tok.padding_side == "left"
+    prompts = ["the teacher walked to the harbour before", "a sailor"]
+    cls = course_tok.token_to_id("[CLS]")
+    assert tok(prompts[1])["input_ids"] == [cls, *course_tok.encode(prompts[1], add_special_tokens=False).ids]
+    single = [
+        model.generate(**tok(p, return_tensors="pt"), max_new_tokens=5, do_sample=False)[0].tolist()
+        for p in prompts
+    ]
+    batch = model.generate(
+        **tok(prompts, return_tensors="pt", padding=True), max_new_tokens=5, do_sample=False
+    )
+    pad = tok.pad_token_id
+    assert [[t for t in row if t != pad] for row in batch.tolist()] == [
+        [t for t in s if t != pad] for s in single
+    ]

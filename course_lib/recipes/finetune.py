@@ -439,9 +439,11 @@ def tagging_accuracy(
     known_words: set[str] | None = None,
     batch_size: int = 256,
 ) -> dict[str, float]:
-    """Share of words tagged right (each word judged at its first piece); with ``known_words``
-    also the accuracy on the words outside that set (``"unseen_accuracy"``: the words the
-    tagger never saw labelled) and their share (``"unseen_share"``)."""
+    """Share of words tagged right (each word judged at its first piece; a word the tokenizer
+    gives no piece, or one cut off beyond the model's length, counts as tagged wrong, so the
+    share is over every word, as a majority baseline's is); with ``known_words`` also the
+    accuracy on the words outside that set (``"unseen_accuracy"``: the words the tagger never
+    saw labelled) and their share (``"unseen_share"``)."""
     words, tags = split_tagged(items, "items")
     device = model_device(model)
     was_training = model.training
@@ -455,15 +457,15 @@ def tagging_accuracy(
         logits = model(**inputs).logits  # by keyword: XLNet's third positional argument is mems
         labelled = enc["labels"] != IGNORE_INDEX
         hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
+        chunk = words[i : i + batch_size]
         right += int(hit.sum())
-        total += int(labelled.sum())
+        total += sum(len(ws) for ws in chunk)
         if known_words is not None:  # [sentence, word] unseen flags, read at each labelled position
-            chunk = words[i : i + batch_size]
             unseen = torch.zeros(len(chunk), max(map(len, chunk)), dtype=torch.bool)
             for r, ws in enumerate(chunk):
                 unseen[r, : len(ws)] = torch.tensor([w.lower() not in known_words for w in ws])
             new = unseen.gather(1, enc["word_index"].clamp(min=0)) & labelled
-            total_new += int(new.sum())
+            total_new += int(unseen.sum())
             right_new += int((hit & new).sum())
     model.train(was_training)
     result = {"accuracy": right / max(total, 1)}

@@ -111,6 +111,28 @@ def test_an_xlnet_folder_fine_tunes_as_a_tagger_and_loads_back(pretrained, tmp_p
     assert tagging_accuracy(model, tok, items)["accuracy"] == pytest.approx(metrics["heldout_accuracy"])
 
 
+def test_held_out_accuracy_and_majority_baseline_count_the_same_words(pretrained, tmp_path, capsys):
+    """A practitioner's review: a word the tokenizer gives no piece (a zero-width space) was left
+    out of the tagger's held-out accuracy but counted in the majority baseline, so the two
+    compared different words. Now such a word counts as tagged wrong: adding one to a file
+    lowers the accuracy by exactly its share, and metrics.json's two numbers share a denominator."""
+    from course_lib.recipes.finetune import tagging_accuracy
+
+    _, models = pretrained
+    out = tmp_path / "tagger"
+    train = _tagging_file(tmp_path / "train.conll", n=30)
+    argv = ["finetune", str(models["bert"]), "--task", "tag", "--train", str(train)]
+    assert main([*argv, "--out", str(out), "--steps", "3", "--batch-size", "8"]) == 0
+    capsys.readouterr()
+    model, tok, labels = load_finetuned(out)
+    items = read_tagging_file(_tagging_file(tmp_path / "held.conll", n=10, seed=1), labels).items
+    assert tok.encode("\u200b", add_special_tokens=False).ids == []
+    words = sum(len(w) for w, _ in items)
+    plain = tagging_accuracy(model, tok, items)["accuracy"]
+    widened = [(list(w) + ["\u200b"], list(t) + [labels.index("O")]) for w, t in items[:1]] + list(items[1:])
+    assert tagging_accuracy(model, tok, widened)["accuracy"] == pytest.approx(plain * words / (words + 1))
+
+
 @pytest.mark.parametrize(
     "model,task,expected",
     [
