@@ -97,6 +97,8 @@ def _not_text(path: Path, data: bytes, encoding: str) -> str | None:
         if data[offset : offset + len(magic)] == magic:
             return what
     if not encoding.lower().replace("-", "").startswith("utf16") and b"\x00" in data[:65536]:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16's byte-order mark: text, in another encoding
+            return "UTF-16 text (it starts with UTF-16's byte-order mark): read it with --encoding utf-16"
         return "a binary file (it holds NUL bytes)"
     return None
 
@@ -136,6 +138,8 @@ def find_text_files(source: str | os.PathLike | list) -> list[Path]:
 def _read(path: Path, encoding: str) -> str:
     data = path.read_bytes()
     what = _not_text(path, data, encoding)
+    if what is not None and what.startswith("UTF-16"):
+        raise ValueError(f"{path} is {what}")
     if what is not None:
         raise ValueError(f"{path} is {what}, not text: give text files (extract archives first)")
     try:

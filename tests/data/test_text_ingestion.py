@@ -31,6 +31,14 @@ def test_archives_and_binary_files_are_refused_naming_them(tmp_path):
     nul.write_bytes(b"abc\x00def" * 10)
     with pytest.raises(ValueError, match="NUL bytes"):
         read_text_files(nul)
+    # UTF-16 holds NUL bytes too: its byte-order mark tells it from a binary file, and the
+    # message names the option that reads it (a practitioner's review: it was "a binary file")
+    wide = tmp_path / "wide.txt"
+    wide.write_bytes("Ein Satz. Noch einer.".encode("utf-16"))
+    with pytest.raises(ValueError, match="wide.txt is UTF-16 text .* read it with --encoding utf-16$"):
+        read_text_files(wide)
+    with reading_encoding("utf-16"):
+        assert [s.text for s in read_text_files(wide)[0].sentences] == ["Ein Satz.", "Noch einer."]
 
 
 def test_a_large_file_without_whitespace_is_refused_quickly(tmp_path):
