@@ -66,7 +66,7 @@ def _mps_available() -> bool:
     return bool(backend is not None and backend.is_available())
 
 
-def get_device(prefer: str | None = None) -> torch.device:
+def get_device(prefer: str | None = None, *, option: str | None = None) -> torch.device:
     """Return the device the course should run on.
 
     Order: the ``prefer`` argument, then ``$COURSE_DEVICE``, then CUDA, Apple MPS, CPU.
@@ -75,7 +75,12 @@ def get_device(prefer: str | None = None) -> torch.device:
     choice = prefer or os.environ.get(ENV_VAR, "").strip()
     if choice:
         # name where the choice came from: the argument (a command's --device), or the environment
-        source = f"device={choice!r}" if prefer else f"{ENV_VAR}={choice!r}"
+        # (``option``: the command-line option that gave ``prefer``, e.g. "--device")
+        source = (
+            (f"{option} {choice!r}" if option else f"device={choice!r}")
+            if prefer
+            else f"{ENV_VAR}={choice!r}"
+        )
         try:
             device = torch.device(choice)
         except (RuntimeError, ValueError):

@@ -44,18 +44,18 @@ def test_eval_agrees_with_the_recipes_own_evaluations(models):
     docs = load_documents(str(held))
     bert, tok = load_pretrained(folders["bert"])
     ours = evaluate_folder(folders["bert"], str(held), seed=3, progress=False)
-    ref = evaluate_mlm(bert, _rows(folders["bert"], docs, tok, None), make_masker(tok), seed=3)
+    ref = evaluate_mlm(bert, _rows(folders["bert"], docs, tok, None, bert), make_masker(tok), seed=3)
     assert ours["mlm_loss"] == pytest.approx(ref["mlm_loss"], abs=1e-5)
     assert ours["mlm_accuracy"] == pytest.approx(ref["mlm_accuracy"], abs=1e-9)
 
     causal, tok = load_pretrained(folders["causal"])
     ours = evaluate_folder(folders["causal"], str(held), progress=False)
-    ref = evaluate_causal_lm(causal, _rows(folders["causal"], docs, tok, None))
+    ref = evaluate_causal_lm(causal, _rows(folders["causal"], docs, tok, None, causal))
     assert ours["lm_loss"] == pytest.approx(ref["lm_loss"], abs=1e-5)
 
     xlnet, tok = load_pretrained(folders["xlnet"])
     ours = evaluate_folder(folders["xlnet"], str(held), seed=1, progress=False)
-    ref = evaluate_plm(xlnet, _rows(folders["xlnet"], docs, tok, None), seed=1)
+    ref = evaluate_plm(xlnet, _rows(folders["xlnet"], docs, tok, None, xlnet), seed=1)
     assert ours["plm_loss"] == pytest.approx(ref["plm_loss"], abs=1e-5)
 
 

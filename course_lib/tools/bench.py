@@ -642,10 +642,7 @@ def _cmd(args: argparse.Namespace) -> int:
                 check_output_path(value, option, folder=False)
         if args.json is not None and args.markdown is not None and Path(args.json) == Path(args.markdown):
             raise ValueError("--json and --markdown name the same file; give two")
-        try:
-            device = get_device(args.device)
-        except RuntimeError as e:  # torch.device("nonsense")
-            raise ValueError(f"--device {args.device!r}: {e}") from None
+        device = get_device(args.device, option="--device")  # (a ValueError naming it)
         if args.dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ValueError(f"--dtype bf16: {torch.cuda.get_device_name(device)} does not support bfloat16")
     except ValueError as e:
