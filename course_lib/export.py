@@ -1,5 +1,5 @@
-"""``course export MODEL_DIR OUT_DIR``: a model trained by ``course train`` as a Hugging Face
-folder, so that it leaves the course.
+"""``course export MODEL_DIR OUT_DIR``: a model trained by ``course train`` (or fine-tuned by
+``course finetune``) as a Hugging Face folder, so that it leaves the course.
 
 The folder holds what ``transformers`` reads: ``config.json`` with ``model_type`` and
 ``architectures``, ``model.safetensors`` in Hugging Face's parameter names (through the
@@ -12,6 +12,8 @@ naming the special tokens). Then::
     XLNetLMHeadModel.from_pretrained(folder)            # xlnet
     AutoTokenizer.from_pretrained(folder)
     pipeline("fill-mask", model=folder)                 # the masked LMs
+    AutoModelForSequenceClassification / AutoModelForTokenClassification   # course finetune's
+    pipeline("text-classification" / "token-classification", model=folder)  # (id2label: labels.json)
 
 give the course model's logits; the tokenizer returns ``token_type_ids`` too (a pair's second
 sentence is segment 1, as in training). A right-to-left causal LM (``course train causal
@@ -47,12 +49,21 @@ EXPORTABLE: dict[str, tuple[str, str, str]] = {
     "AlbertForPreTraining": ("AlbertConfig", "albert", "AlbertForPreTraining"),
     "AlbertForMaskedLM": ("AlbertConfig", "albert", "AlbertForMaskedLM"),
     "XLNetLMHeadModel": ("XLNetConfig", "xlnet", "XLNetLMHeadModel"),
+    # fine-tuned by `course finetune` (labels.json names the classes: config.json's id2label)
+    "BertForSequenceClassification": ("BertConfig", "bert", "BertForSequenceClassification"),
+    "BertForTokenClassification": ("BertConfig", "bert", "BertForTokenClassification"),
+    "AlbertForSequenceClassification": ("AlbertConfig", "albert", "AlbertForSequenceClassification"),
+    "XLNetForTokenClassification": ("XLNetConfig", "xlnet", "XLNetForTokenClassification"),
 }
 
 
 def _load(folder: Path) -> nn.Module:
     from .recipes.common import load_model  # (registers the transformer families)
 
+    if (folder / "labels.json").is_file():  # a `course finetune` folder
+        from .recipes.finetune_command import load_finetuned
+
+        return load_finetuned(folder, device="cpu")[0]
     model, _ = load_model(
         folder, ("tokenizer.json",), "course train", default_architecture="BertForPreTraining", device="cpu"
     )
@@ -99,7 +110,8 @@ def hf_config(model: nn.Module, tokenizer: dict[str, Any]) -> Any:
     values = dict(model.config.to_dict())
     values.pop("architecture", None)
     if exported.startswith("XLNet"):
-        values.pop("num_labels", None)
+        if exported == "XLNetLMHeadModel":
+            values.pop("num_labels", None)
         values = xlnet_config_to_hf(values)  # the course's mem_len=0 is no memory
     config = getattr(transformers, config_class)(**values)
     config.architectures = [exported]
@@ -194,6 +206,12 @@ def usage_hint(architecture: str, direction: str = "left-to-right") -> str:
                 "course_reading_direction)"
             )
         return hint
+    if architecture.endswith("ForSequenceClassification"):
+        return (
+            "AutoModelForSequenceClassification.from_pretrained / pipeline('text-classification', model=...)"
+        )
+    if architecture.endswith("ForTokenClassification"):
+        return "AutoModelForTokenClassification.from_pretrained / pipeline('token-classification', model=...)"
     if architecture.startswith("XLNet"):
         return "XLNetLMHeadModel.from_pretrained (perm_mask and target_mapping choose what it predicts)"
     return "AutoModelForMaskedLM.from_pretrained / pipeline('fill-mask', model=...)"
@@ -215,8 +233,8 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     architecture = saved_architecture(source)  # a ValueError naming the file when it is not JSON
     if architecture not in EXPORTABLE:
         raise ValueError(
-            f"{source} holds a {architecture}: course export writes the pretrained models of "
-            f"`course train` that transformers loads ({', '.join(sorted(EXPORTABLE))})"
+            f"{source} holds a {architecture}: course export writes the models of `course train` and "
+            f"`course finetune` that transformers loads ({', '.join(sorted(EXPORTABLE))})"
         )
     check_output_path(out, "OUT_DIR", folder=True)
     if out.resolve() == source.resolve():
@@ -232,6 +250,10 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     direction = reading_direction(source)
     if direction != "left-to-right":  # recorded, so that the folder says how to feed it
         config.course_reading_direction = direction
+    if (source / "labels.json").is_file():  # the task's label names, as pipelines show them
+        labels = json.loads((source / "labels.json").read_text())["labels"]
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {name: i for i, name in enumerate(labels)}
     state = hf_state_dict(model)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", config.to_json_string())
@@ -271,10 +293,12 @@ def _cmd(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "export",
-        help="write a model trained by `course train` as a Hugging Face folder",
+        help="write a model trained by `course train` or `course finetune` as a Hugging Face folder",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("model", metavar="MODEL_DIR", help="a folder written by `course train`")
+    p.add_argument(
+        "model", metavar="MODEL_DIR", help="a folder written by `course train` or `course finetune`"
+    )
     p.add_argument("out", metavar="OUT_DIR", help="the Hugging Face folder to write")
     p.set_defaults(func=_cmd)
 

@@ -225,3 +225,51 @@ def test_the_causal_export_generates_as_it_was_trained(exported):
     assert [[t for t in row if t != pad] for row in batch.tolist()] == [
         [t for t in s if t != pad] for s in single
     ]
+
+
+def test_fine_tuned_models_export_with_their_labels(exported, tmp_path, capsys):
+    """A practitioner's review: `course export` refused a `course finetune` folder, though the
+    name maps already covered the task heads. Now each fine-tuned class exports: transformers'
+    Auto classes give the course model's logits (≤ 1e-5), config.json's id2label holds the
+    labels of labels.json, and the pipelines name them."""
+    import random
+
+    from course_lib.recipes.finetune_command import load_finetuned
+
+    rng = random.Random(0)
+    words = "cat dog bird house tree car road river lamp chair".split()
+    animal = ("cat", "dog", "bird")
+    rows = [rng.sample(words, 4) for _ in range(40)]
+    (tmp_path / "c.tsv").write_text(
+        "".join(f"{'animal' if set(ws) & set(animal) else 'thing'}\t{' '.join(ws)}\n" for ws in rows)
+    )
+    (tmp_path / "t.conll").write_text(
+        "\n\n".join("\n".join(f"{w}\t{'ANIMAL' if w in animal else 'O'}" for w in ws) for ws in rows) + "\n"
+    )
+    cases = [
+        ("bert", "classify", "c.tsv", transformers.AutoModelForSequenceClassification, "text-classification"),
+        ("albert", "classify", "c.tsv", transformers.AutoModelForSequenceClassification, None),
+        ("bert", "tag", "t.conll", transformers.AutoModelForTokenClassification, "token-classification"),
+        ("xlnet", "tag", "t.conll", transformers.AutoModelForTokenClassification, None),
+    ]
+    for start, task, data, auto, pipe in cases:
+        tuned, hf = tmp_path / f"{start}-{task}", tmp_path / f"{start}-{task}-hf"
+        argv = ["finetune", str(exported[start][0]), "--task", task, "--train", str(tmp_path / data)]
+        assert main([*argv, "--out", str(tuned), "--steps", "3", "--batch-size", "8"]) == 0
+        capsys.readouterr()
+        assert main(["export", str(tuned), str(hf)]) == 0
+        assert (
+            f"pipeline('{'text' if task == 'classify' else 'token'}-classification'"
+            in capsys.readouterr().out
+        )
+        ours, _, labels = load_finetuned(tuned)
+        theirs = auto.from_pretrained(hf).eval()
+        assert type(theirs).__name__ == type(ours).__name__
+        assert theirs.config.id2label == dict(enumerate(labels))
+        enc = transformers.AutoTokenizer.from_pretrained(hf)(SENTENCES, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            assert (ours(**enc).logits - theirs(**enc).logits).abs().max().item() <= 1e-5, (start, task)
+        if pipe is not None:
+            found = transformers.pipeline(pipe, model=str(hf))(SENTENCES[0])
+            names = {r["label"] for r in found} if task == "classify" else {r["entity"] for r in found}
+            assert names and names <= set(labels), found
