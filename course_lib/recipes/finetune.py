@@ -439,16 +439,17 @@ def tagging_accuracy(
     known_words: set[str] | None = None,
     batch_size: int = 256,
 ) -> dict[str, float]:
-    """Share of words tagged right (each word judged at its first piece; a word the tokenizer
-    gives no piece, or one cut off beyond the model's length, counts as tagged wrong, so the
-    share is over every word, as a majority baseline's is); with ``known_words`` also the
-    accuracy on the words outside that set (``"unseen_accuracy"``: the words the tagger never
-    saw labelled) and their share (``"unseen_share"``)."""
+    """Share of words tagged right (each word judged at its first piece), over the words that
+    have one within the model's length, and that share of all words (``"tagged_share"``: a
+    word the tokenizer gives no piece, or one cut off, has no tag; ``accuracy * tagged_share``
+    counts those as wrong); with ``known_words`` also the accuracy on the words outside that
+    set (``"unseen_accuracy"``: the words the tagger never saw labelled) and their share
+    (``"unseen_share"``)."""
     words, tags = split_tagged(items, "items")
     device = model_device(model)
     was_training = model.training
     model.eval()
-    right, total, right_new, total_new = 0, 0, 0, 0
+    right, total, right_new, total_new, every = 0, 0, 0, 0, 0
     for i in range(0, len(words), batch_size):
         enc = tagging_inputs(
             tokenizer, words[i : i + batch_size], tags[i : i + batch_size], max_len=input_length(model.config)
@@ -457,18 +458,19 @@ def tagging_accuracy(
         logits = model(**inputs).logits  # by keyword: XLNet's third positional argument is mems
         labelled = enc["labels"] != IGNORE_INDEX
         hit = (logits.argmax(-1).cpu() == enc["labels"]) & labelled
-        chunk = words[i : i + batch_size]
         right += int(hit.sum())
-        total += sum(len(ws) for ws in chunk)
+        total += int(labelled.sum())
+        every += sum(len(ws) for ws in words[i : i + batch_size])
         if known_words is not None:  # [sentence, word] unseen flags, read at each labelled position
+            chunk = words[i : i + batch_size]
             unseen = torch.zeros(len(chunk), max(map(len, chunk)), dtype=torch.bool)
             for r, ws in enumerate(chunk):
                 unseen[r, : len(ws)] = torch.tensor([w.lower() not in known_words for w in ws])
             new = unseen.gather(1, enc["word_index"].clamp(min=0)) & labelled
-            total_new += int(unseen.sum())
+            total_new += int(new.sum())
             right_new += int((hit & new).sum())
     model.train(was_training)
-    result = {"accuracy": right / max(total, 1)}
+    result = {"accuracy": right / max(total, 1), "tagged_share": total / max(every, 1)}
     if known_words is not None:
         result["unseen_accuracy"] = right_new / max(total_new, 1)
         result["unseen_share"] = total_new / max(total, 1)

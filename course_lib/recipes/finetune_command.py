@@ -302,7 +302,9 @@ def finetune_folder(
         if task == "classify":
             metrics["heldout_accuracy"] = classification_accuracy(model, tokenizer, eval_items)
         else:
-            metrics["heldout_accuracy"] = tagging_accuracy(model, tokenizer, eval_items)["accuracy"]
+            # over every word, as the baseline: a word with no piece (or cut off) counts as wrong
+            scores = tagging_accuracy(model, tokenizer, eval_items)
+            metrics["heldout_accuracy"] = scores["accuracy"] * scores["tagged_share"]
         # the majority baseline: what a model that learned nothing from the text reaches
         flat = [y for _, y in eval_items] if task == "classify" else [t for _, ts in eval_items for t in ts]
         metrics["majority_baseline"] = max(flat.count(c) for c in set(flat)) / len(flat)

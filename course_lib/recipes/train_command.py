@@ -167,6 +167,8 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
     types and ranges as on the command line (one schema), an unknown name a ``ValueError``
     listing the known ones. TOML or JSON by suffix, else by content."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"config file {path} is a folder; give a .toml or .json file")
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
     try:

@@ -114,8 +114,9 @@ def test_an_xlnet_folder_fine_tunes_as_a_tagger_and_loads_back(pretrained, tmp_p
 def test_held_out_accuracy_and_majority_baseline_count_the_same_words(pretrained, tmp_path, capsys):
     """A practitioner's review: a word the tokenizer gives no piece (a zero-width space) was left
     out of the tagger's held-out accuracy but counted in the majority baseline, so the two
-    compared different words. Now such a word counts as tagged wrong: adding one to a file
-    lowers the accuracy by exactly its share, and metrics.json's two numbers share a denominator."""
+    compared different words. Now `course finetune` counts such a word as tagged wrong
+    (accuracy times the tagged share): adding one lowers that score by exactly its share, and
+    metrics.json's two numbers share a denominator."""
     from course_lib.recipes.finetune import tagging_accuracy
 
     _, models = pretrained
@@ -128,9 +129,11 @@ def test_held_out_accuracy_and_majority_baseline_count_the_same_words(pretrained
     items = read_tagging_file(_tagging_file(tmp_path / "held.conll", n=10, seed=1), labels).items
     assert tok.encode("\u200b", add_special_tokens=False).ids == []
     words = sum(len(w) for w, _ in items)
-    plain = tagging_accuracy(model, tok, items)["accuracy"]
+    plain = tagging_accuracy(model, tok, items)
     widened = [(list(w) + ["\u200b"], list(t) + [labels.index("O")]) for w, t in items[:1]] + list(items[1:])
-    assert tagging_accuracy(model, tok, widened)["accuracy"] == pytest.approx(plain * words / (words + 1))
+    wide = tagging_accuracy(model, tok, widened)
+    assert plain["tagged_share"] == 1 and wide["accuracy"] == plain["accuracy"]
+    assert wide["accuracy"] * wide["tagged_share"] == pytest.approx(plain["accuracy"] * words / (words + 1))
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,8 @@ def test_a_bad_config_names_the_problem(tmp_path, capsys):
     assert "not valid JSON" in capsys.readouterr().err
     assert main(["train", "bert", "--config", str(tmp_path / "nope.json"), "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["train", "bert", "--config", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "is a folder; give a .toml or .json file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
