@@ -292,6 +292,7 @@ def evaluate_folder(
     from .data.text_files import load_documents
     from .device import get_device
     from .recipes.common import load_pretrained, saved_architecture
+    from .recipes.registry import with_article
 
     model_dir = Path(model_dir)
     dev = get_device(device)  # a device that is not one: said before anything is read
@@ -308,7 +309,7 @@ def evaluate_folder(
         if not is_masked_lm(architecture):
             raise ValueError(
                 f"--pll: the pseudo-log-likelihood masks each token in turn, so it scores masked LMs; "
-                f"{model_dir} holds a {architecture} (drop --pll for its own scores)"
+                f"{model_dir} holds {with_article(architecture)} (drop --pll for its own scores)"
             )
     if architecture in own:
         score, kind = own[architecture]
@@ -332,8 +333,8 @@ def evaluate_folder(
         }
     if not architecture.startswith(("Bert", "Albert", "Roberta", "XLNet")):
         raise ValueError(
-            f"{model_dir} holds a {architecture}: course eval scores the BERT family, the causal BERT, "
-            "XLNet, ELMo and Transformer-XL"
+            f"{model_dir} holds {with_article(architecture)}: course eval scores the BERT family, the "
+            "causal BERT, XLNet, ELMo and Transformer-XL"
         )
     model, tokenizer = load_pretrained(model_dir, device=dev)
     documents = load_documents(data)

@@ -229,12 +229,13 @@ def export_model(source: str | Path, out: str | Path) -> Path:
     if not (source / "config.json").is_file():
         raise FileNotFoundError(f"{source} is not a model folder written by `course train` (no config.json)")
     from .recipes.common import saved_architecture
+    from .recipes.registry import with_article
 
     architecture = saved_architecture(source)  # a ValueError naming the file when it is not JSON
     if architecture not in EXPORTABLE:
         raise ValueError(
-            f"{source} holds a {architecture}: course export writes the models of `course train` and "
-            f"`course finetune` that transformers loads ({', '.join(sorted(EXPORTABLE))})"
+            f"{source} holds {with_article(architecture)}: course export writes the models of `course "
+            f"train` and `course finetune` that transformers loads ({', '.join(sorted(EXPORTABLE))})"
         )
     check_output_path(out, "OUT_DIR", folder=True)
     if out.resolve() == source.resolve():

@@ -163,6 +163,7 @@ def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Mo
     from ..models.xlnet import XLNetLMHeadModel
     from .common import MODEL_CLASSES, is_masked_lm, load_pretrained, saved_architecture
     from .finetune import FAMILIES
+    from .registry import with_article
 
     architecture = saved_architecture(model_dir)
     kinds = {"classify": ("classifier", "sentence classifier"), "tag": ("tagger", "tagger")}
@@ -173,18 +174,18 @@ def _load_start(model_dir: Path, device: torch.device, task: str) -> tuple[nn.Mo
     family = next((f for f in FAMILIES if start and issubclass(cls.config_class, f.config_class)), None)
     if family is None:
         raise ValueError(
-            f"{model_dir} holds a {architecture}: course finetune starts from a masked LM trained by "
-            "`course train bert`, `roberta`, `albert` (or a `distill` student), or, for --task tag, "
-            "from `course train xlnet`"
+            f"{model_dir} holds {with_article(architecture)}: course finetune starts from a masked LM "
+            "trained by `course train bert`, `roberta`, `albert` (or a `distill` student), or, for "
+            "--task tag, from `course train xlnet`"
         )
     field, noun = kinds[task]
     if getattr(family, field) is None:  # one rule for every family, read from FAMILIES
         able = " or ".join(f.name for f in FAMILIES if getattr(f, field) is not None)
         other = [t for t, (k, _) in kinds.items() if getattr(family, k) is not None]
         raise ValueError(
-            f"{model_dir} holds a {architecture}: the course has no {family.name} {noun}, so "
+            f"{model_dir} holds {with_article(architecture)}: the course has no {family.name} {noun}, so "
             f"--task {task} starts from a {able} model"
-            + (f"; a {family.name} model fine-tunes with --task {other[0]}" if other else "")
+            + (f"; {with_article(family.name)} model fine-tunes with --task {other[0]}" if other else "")
         )
     return load_pretrained(model_dir, device=device)
 

@@ -19,6 +19,7 @@ __all__ = [
     "is_masked_lm",
     "registered_class",
     "architecture_of",
+    "with_article",
 ]
 
 # class name -> class: what the recipes can build, save and load
@@ -93,3 +94,9 @@ def architecture_of(model: nn.Module) -> str:
             f"{sorted(MODEL_CLASSES)}"
         )
     return name
+
+
+def with_article(name: str) -> str:
+    """``"a BertForMaskedLM"``, ``"an XLNetLMHeadModel"``, ``"an ALBERT"``: a class or family
+    name as the messages say it (by its first letter, as these names are read)."""
+    return ("an " if name[:1].upper() in "AEIOUX" else "a ") + name

@@ -326,6 +326,7 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
         )
     if objective == "distill" and getattr(args, "teacher", None):
         from .common import is_masked_lm, saved_architecture
+        from .registry import with_article
 
         if (Path(args.teacher) / "config.json").is_file():
             try:
@@ -334,8 +335,8 @@ def check_arguments(args: argparse.Namespace, objective: str) -> None:
                 raise ValueError(f"--teacher: {e}") from None
             if not is_masked_lm(architecture):
                 raise ValueError(
-                    f"--teacher {args.teacher} holds a {architecture}; distillation needs a masked-LM "
-                    "teacher (a folder written by `course train bert`, `roberta` or `albert`)"
+                    f"--teacher {args.teacher} holds {with_article(architecture)}; distillation needs a "
+                    "masked-LM teacher (a folder written by `course train bert`, `roberta` or `albert`)"
                 )
 
 
@@ -344,6 +345,7 @@ def _folder_holds(folder: Path) -> str | None:
     fine-tuned model, ...), from its ``model.json`` or ``config.json``; None when it holds
     neither (a new or empty folder, or only other files, which training does not touch)."""
     from ..checkpoints import read_metadata, saved_recipe
+    from .registry import with_article
 
     try:
         record = read_metadata(folder / "model.safetensors")
@@ -353,9 +355,8 @@ def _folder_holds(folder: Path) -> str | None:
         recipe = saved_recipe(folder)
         if recipe.get("command") == "train" and recipe.get("objective"):
             return f"a model trained by `course train {recipe['objective']}`"
-        return (
-            f"a {record.get('architecture', 'model')} written by `{recipe.get('command', 'another command')}`"
-        )
+        command = recipe.get("command", "another command")
+        return f"{with_article(record.get('architecture', 'model'))} written by `{command}`"
     return "a config.json of something else" if (folder / "config.json").exists() else None
 
 

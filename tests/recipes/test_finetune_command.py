@@ -142,12 +142,12 @@ def test_held_out_accuracy_and_majority_baseline_count_the_same_words(pretrained
         (
             "xlnet",
             "classify",
-            ("holds a XLNetLMHeadModel: the course has no XLNet sentence classifier", "--task tag"),
+            ("holds an XLNetLMHeadModel: the course has no XLNet sentence classifier", "--task tag"),
         ),
         (
             "albert",
             "tag",
-            ("holds a AlbertForPreTraining: the course has no ALBERT tagger", "BERT or XLNet model"),
+            ("holds an AlbertForPreTraining: the course has no ALBERT tagger", "BERT or XLNet model"),
         ),
     ],
 )
@@ -262,7 +262,7 @@ def test_bad_models_and_options_are_one_line(pretrained, tmp_path, capsys):
     base = ["finetune", "--task", "classify", "--train", str(data)]
     capsys.readouterr()
     cases = [
-        ([str(models["xlnet"]), "--out", str(tmp_path / "o")], "holds a XLNetLMHeadModel"),
+        ([str(models["xlnet"]), "--out", str(tmp_path / "o")], "holds an XLNetLMHeadModel"),
         ([str(tmp_path / "none"), "--out", str(tmp_path / "o")], "not a model folder"),
         ([str(models["bert"]), "--out", str(data)], "is a file"),
         ([str(models["bert"]), "--out", str(tmp_path / "o"), "--device", "gpu0"], "is not a device"),
