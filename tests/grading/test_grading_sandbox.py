@@ -912,17 +912,8 @@ def test_ctrl_c_keeps_every_finished_report_and_resume_grades_only_the_rest(tmp_
     out = tmp_path / "out"
     marker = f"COURSE_TEST_BATCH={os.getpid()}-{time.monotonic_ns()}"
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
-    cmd = [
-        sys.executable,
-        "-m",
-        "course_lib.cli",
-        "grade",
-        *subs,
-        "--out",
-        str(out),
-        "--sandbox",
-        "bwrap" if HAVE_BWRAP else "none",
-    ]
+    sandbox = ["--sandbox", "bwrap" if HAVE_BWRAP else "none"]
+    cmd = [sys.executable, "-m", "course_lib.cli", "grade", *subs, "--out", str(out), *sandbox]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
