@@ -31,11 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command that ``argv`` names (``course train distill ...``: the
+    distill parser), found by following the subcommand names in order."""
+    for i, word in enumerate(argv):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) and word in action.choices:
+                return _command_parser(action.choices[word], argv[i + 1 :])
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the subcommand's own parser, with its usage, not the top level's
+            _command_parser(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
         args._argv = argv  # (course train re-reads its options over a --config file's values)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C anywhere: one line and the shell's status for SIGINT

@@ -208,3 +208,22 @@ def test_regularisation_values_in_a_config_file_are_checked(tmp_path, capsys):
     config.write_text('mask-rate = "often"\n')
     assert main(["train", "roberta", *TRAIN, "--config", str(config), "--out", str(tmp_path / "o")]) == 2
     assert "mask-rate = 'often': not a number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv,usage",
+    [
+        (["train", "distill", "--teacher", "t", "--max-len", "5"], "usage: course train distill"),
+        (["train", "xlnet", "--mask-rate", "0.2"], "usage: course train xlnet"),
+        (["grade", "x.ipynb", "--out", "o", "--bogus"], "usage: course grade"),
+        (["eval", "m", "--data", "d", "--bogus"], "usage: course eval"),
+    ],
+)
+def test_an_unknown_option_is_named_with_its_commands_usage(argv, usage, capsys):
+    """A practitioner's review: an option a subcommand does not have was reported with the top
+    level's usage (`usage: course [-h] COMMAND ...`), which says nothing of what the command
+    takes. Now the subcommand's own parser says it, with its usage."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith(usage) and "unrecognized arguments: " in err, err
