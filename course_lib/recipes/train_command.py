@@ -185,7 +185,7 @@ def read_config(path: str | Path, parser: argparse.ArgumentParser) -> dict[str, 
         if dest == "data":
             dest = "text"
         if dest not in known:
-            names = sorted(k.replace("_", "-") for k in known if not k.startswith("_"))
+            names = sorted({k.replace("_", "-") for k in known if not k.startswith("_")} | {"data"})
             raise ValueError(f"{path}: unknown option {key!r}; options: {', '.join(names)}")
         out[dest] = _convert(path, str(key), known[dest], value)
     return out
