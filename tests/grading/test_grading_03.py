@@ -109,9 +109,13 @@ def test_reference_packing_matches_course_lib():
 # --- grading submissions ------------------------------------------------------------------------
 
 PARTIAL = {
-    # random replacements drawn from the whole vocabulary, specials included: fails the two hidden checks
+    # random replacements drawn from the whole vocabulary, specials included (masking-uniform's
+    # 40-id vocabulary catches it for certain; masking-fresh's vocabulary of up to 3,000 ids only
+    # by chance: it passed under other seeds), and a 3-d batch comes back 2-d (masking-fresh
+    # catches that for certain): fails the two hidden checks under any seed
     MASK: """
 def mask_tokens(input_ids, vocab_size, mask_id, special_ids, mlm_probability=0.15):
+    input_ids = input_ids.reshape(input_ids.shape[0], -1)
     special = torch.isin(input_ids, torch.tensor(list(special_ids) + [mask_id]))
     chosen = (torch.rand(input_ids.shape) < mlm_probability) & ~special
     u = torch.rand(input_ids.shape)
