@@ -383,18 +383,26 @@ def _equivalent(current: str, new: str) -> bool:
 
 
 def release(solution: Path | str, exercises_dir: Path | str, *, check: bool = False) -> tuple[Path, bool]:
-    """Write (or with ``check`` only compare) the exercise notebook; returns ``(path, up_to_date)``."""
+    """Write (or with ``check`` only compare) the exercise notebook; returns ``(path, up_to_date)``.
+    ``ValueError`` when the exercise notebook would be the solution notebook itself (an
+    ``--exercises`` naming the solutions' folder: its reference answers would become stubs)."""
     solution = Path(solution)
+    target = Path(exercises_dir) / solution.name
+    if target.resolve() == solution.resolve():
+        raise ValueError(
+            f"--exercises {exercises_dir} would write the exercise notebook over its solution notebook "
+            f"{solution} (the reference answers would become stubs): give the exercises' folder"
+        )
     nb, _ = read_notebook(solution)
     exercise_nb, _ = release_notebook(nb, solution)
     text = dumps_notebook(exercise_nb)
-    target = Path(exercises_dir) / solution.name
     current = target.read_text(encoding="utf-8") if target.exists() else None
     if current == text or (current is not None and _equivalent(current, text)):
         return target, True
     if not check:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        from ..files import atomic_write_text
+
+        atomic_write_text(target, text)  # (an interrupted release leaves the old notebook whole)
     return target, False
 
 
@@ -405,8 +413,15 @@ def _cmd(args) -> int:
         root = project_root()
     except FileNotFoundError:
         root = Path.cwd()
+    for option, value in (("--solutions", args.solutions), ("--exercises", args.exercises)):
+        if value is not None and not str(value).strip():  # Path("") is the current folder
+            print(f"course release: {option} is empty; give a folder", file=sys.stderr)
+            return 2
     sol_dir = Path(args.solutions) if args.solutions else root / "solutions"
     ex_dir = Path(args.exercises) if args.exercises else root / "exercises"
+    if args.all and not sol_dir.is_dir():
+        print(f"course release: --solutions {sol_dir} is not a folder of solution notebooks", file=sys.stderr)
+        return 2
     names = list(args.names)
     if args.all:
         names += sorted(p.stem for p in sol_dir.glob("*.ipynb"))
@@ -435,6 +450,9 @@ def _cmd(args) -> int:
             print(str(exc), file=sys.stderr)
             status = 1
             continue
+        except ValueError as exc:
+            print(f"course release: {exc}", file=sys.stderr)
+            return 2
         if args.check:
             print(f"{target}: {'up to date' if fresh else 'OUT OF DATE (run course release)'}")
             status |= 0 if fresh else 1

@@ -640,7 +640,11 @@ def _cmd(args: argparse.Namespace) -> int:
                 if not str(value).strip():
                     raise ValueError(f"{option} is empty; give a file")
                 check_output_path(value, option, folder=False)
-        if args.json is not None and args.markdown is not None and Path(args.json) == Path(args.markdown):
+        if (
+            args.json is not None
+            and args.markdown is not None
+            and Path(args.json).resolve() == Path(args.markdown).resolve()  # (./x and /abs/x alike)
+        ):
             raise ValueError("--json and --markdown name the same file; give two")
         device = get_device(args.device, option="--device")  # (a ValueError naming it)
         if args.dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():

@@ -386,7 +386,10 @@ def _cmd(args) -> int:
             try:
                 refresh(p)
             except Exception as exc:  # a cell that raises: the stored file is left as it was
-                first = str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
+                import re
+
+                text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # (the kernel's terminal colours)
+                first = text.splitlines()[-1][:200] if text else type(exc).__name__
                 print(
                     f"course notebooks refresh: {p}: a cell failed ({first}); the file is unchanged",
                     file=sys.stderr,

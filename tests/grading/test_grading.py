@@ -75,6 +75,35 @@ def test_release_check_notices_a_stale_copy(tmp_path, capsys):
     assert "OUT OF DATE" in capsys.readouterr().out
 
 
+def test_release_never_writes_over_a_solution_notebook(tmp_path, capsys):
+    """A review: `course release NAME --exercises solutions` wrote the stubs over the solution
+    notebook (the instructor's reference answers lost). Now refused in one line, the file
+    untouched; an empty --exercises and a --solutions that is no folder are one line too."""
+    import shutil
+
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    shutil.copy(SOLUTION, solutions / SOLUTION.name)
+    before = (solutions / SOLUTION.name).read_bytes()
+    argv = ["release", "02_transformer", "--solutions", str(solutions)]
+    capsys.readouterr()
+    for extra, needle in (
+        (["--exercises", str(solutions)], "would write the exercise notebook over its solution notebook"),
+        (["--exercises", ""], "--exercises is empty"),
+    ):
+        assert course_main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert needle in err and len(err.splitlines()) == 1, err
+    assert (solutions / SOLUTION.name).read_bytes() == before
+    assert (
+        course_main(["release", "--all", "--solutions", str(tmp_path / "none"), "--exercises", str(tmp_path)])
+        == 2
+    )
+    assert "is not a folder of solution notebooks" in capsys.readouterr().err
+    assert course_main([*argv, "--exercises", str(tmp_path / "ex")]) == 0  # control
+    assert (tmp_path / "ex" / SOLUTION.name).read_text() == EXERCISE.read_text()
+
+
 def test_release_check_accepts_other_kernels_last_digits_only():
     """Another CPU's float32 kernels round a reference's results differently (AVX2 vs AVX-512:
     a few units in the last place); within a tenth of the check's tolerance the release is the

@@ -192,6 +192,11 @@ def test_compile_compiles_both_sides_and_reports_the_first_step(
         (["--json", ""], ["--json is empty"]),
         (["--intermediate", "0"], ["--intermediate must be positive"]),  # the option, not the field
         (["--json", "r.md", "--markdown", "r.md"], ["--json and --markdown name the same file"]),
+        # the same file written two ways (a review: the JSON was lost under the Markdown)
+        (
+            ["--json", os.path.abspath("r.md"), "--markdown", "r.md"],
+            ["--json and --markdown name the same file"],
+        ),
     ],
 )
 def test_bad_input_is_a_clear_error(argv, words, capsys):

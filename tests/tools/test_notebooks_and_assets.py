@@ -260,3 +260,19 @@ def test_notebooks_and_release_refuse_bad_paths_in_one_line(tmp_path, capsys):
     assert course_main(["release", "02_transformer", "--exercises", str(target)]) == 2
     err = capsys.readouterr().err.strip()
     assert "afile is a file" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_failing_cell_is_named_in_plain_text_and_the_notebook_is_kept(tmp_path, capsys):
+    """A review: `course notebooks refresh` named a failing cell with the kernel's terminal
+    colours (`\\x1b[31mValueError\\x1b[39m: boom`). Now plain text; the file stays as it was."""
+    from course_lib.cli import main
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("raise ValueError('boom')")]
+    path = tmp_path / "fail.ipynb"
+    nbformat.write(nb, path)
+    before = path.read_bytes()
+    assert main(["notebooks", "refresh", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "a cell failed (ValueError: boom); the file is unchanged" in err and "\x1b" not in err, err
+    assert path.read_bytes() == before
